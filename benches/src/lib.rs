@@ -1,0 +1,1 @@
+//! Shared helpers for the criterion benchmarks in `benches/`.

@@ -1,0 +1,2 @@
+//! `hmct-debugger`: the command-line front end.
+fn main() {}

@@ -1,0 +1,1 @@
+//! The model API: load, inspect, edit and save calibrated ONNX models.

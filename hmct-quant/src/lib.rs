@@ -1,0 +1,2 @@
+//! Pure-Rust ONNX interpreter tuned for fake quantization: plan, kernels, activation
+//! cache and incremental re-execution.

@@ -1,0 +1,200 @@
+//! `.npy` files ⇄ [`Tensor`] (numpy's format: calibration data, outputs).
+//!
+//! Reading accepts little- and big-endian data and Fortran order (transposed into
+//! row-major); anything else (object arrays, structured dtypes, truncated data) is an
+//! error that names the file.
+
+use std::io::Cursor;
+use std::path::Path;
+
+use ndarray::{ArrayD, IxDyn, ShapeBuilder};
+use npyz::{NpyFile, NpyHeader, Order, WriterBuilder};
+
+use crate::{DType, Tensor, TensorError};
+
+/// Reads an `.npy` file.
+pub fn read_npy(path: &Path) -> Result<Tensor, TensorError> {
+    let bytes = std::fs::read(path).map_err(|source| TensorError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    read_npy_bytes(&bytes, &path.display().to_string())
+}
+
+/// Reads `.npy` content; `context` (usually the file name) prefixes errors.
+pub fn read_npy_bytes(bytes: &[u8], context: &str) -> Result<Tensor, TensorError> {
+    let bad = |m: String| TensorError::invalid(context, m);
+    let mut cursor = Cursor::new(bytes);
+    let header = NpyHeader::from_reader(&mut cursor)
+        .map_err(|e| bad(format!("not a valid .npy file ({e})")))?;
+    let data = &bytes[cursor.position() as usize..];
+    let npyz::DType::Plain(ts) = header.dtype() else {
+        return Err(bad("structured or array dtypes are not supported".into()));
+    };
+    let desc = ts.to_string();
+    let dtype = dtype_of_descr(&desc).ok_or_else(|| bad(format!("unsupported dtype '{desc}'")))?;
+    let shape: Vec<usize> = header.shape().iter().map(|&d| d as usize).collect();
+    let count = shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| bad("shape overflows".into()))?;
+    let need = count
+        .checked_mul(dtype.size_of().unwrap_or(1))
+        .ok_or_else(|| bad("shape overflows".into()))?;
+    if data.len() < need {
+        return Err(bad(format!(
+            "truncated: shape {shape:?} of {dtype} needs {need} data bytes, file has {}",
+            data.len()
+        )));
+    }
+    let order = header.order();
+    let file = NpyFile::with_header(header, &data[..need]);
+    let io = |e: std::io::Error| bad(format!("cannot read data ({e})"));
+    macro_rules! read {
+        ($t:ty, $v:ident) => {
+            Tensor::$v(shaped(file.into_vec::<$t>().map_err(io)?, &shape, order))
+        };
+    }
+    Ok(match dtype {
+        DType::F32 => read!(f32, F32),
+        DType::F64 => read!(f64, F64),
+        DType::F16 => read!(half::f16, F16),
+        DType::I8 => read!(i8, I8),
+        DType::I16 => read!(i16, I16),
+        DType::I32 => read!(i32, I32),
+        DType::I64 => read!(i64, I64),
+        DType::U8 => read!(u8, U8),
+        DType::U16 => read!(u16, U16),
+        DType::U32 => read!(u32, U32),
+        DType::U64 => read!(u64, U64),
+        DType::Bool => read!(bool, Bool),
+        DType::BF16 | DType::String => return Err(bad(format!("unsupported dtype '{desc}'"))),
+    })
+}
+
+fn shaped<T: Clone>(v: Vec<T>, shape: &[usize], order: Order) -> ArrayD<T> {
+    match order {
+        Order::C => ArrayD::from_shape_vec(IxDyn(shape), v).expect("length checked"),
+        Order::Fortran => {
+            let a = ArrayD::from_shape_vec(IxDyn(shape).f(), v).expect("length checked");
+            a.as_standard_layout().into_owned()
+        }
+    }
+}
+
+fn dtype_of_descr(d: &str) -> Option<DType> {
+    let body = d.trim_start_matches(['<', '>', '|', '=']);
+    Some(match body {
+        "f4" => DType::F32,
+        "f8" => DType::F64,
+        "f2" => DType::F16,
+        "i1" => DType::I8,
+        "i2" => DType::I16,
+        "i4" => DType::I32,
+        "i8" => DType::I64,
+        "u1" => DType::U8,
+        "u2" => DType::U16,
+        "u4" => DType::U32,
+        "u8" => DType::U64,
+        "b1" => DType::Bool,
+        _ => return None,
+    })
+}
+
+/// Encodes a tensor as `.npy` bytes (little-endian, C order).
+pub fn write_npy_bytes(t: &Tensor) -> Result<Vec<u8>, TensorError> {
+    let mut out = Vec::new();
+    let shape: Vec<u64> = t.shape().iter().map(|&d| d as u64).collect();
+    let io = |e: std::io::Error| TensorError::invalid("npy", e.to_string());
+    macro_rules! write {
+        ($a:expr, $t:ty) => {{
+            let mut w = npyz::WriteOptions::<$t>::new()
+                .default_dtype()
+                .shape(&shape)
+                .writer(&mut out)
+                .begin_nd()
+                .map_err(io)?;
+            w.extend($a.iter().cloned()).map_err(io)?;
+            w.finish().map_err(io)?;
+        }};
+    }
+    match t {
+        Tensor::F32(a) => write!(a, f32),
+        Tensor::F64(a) => write!(a, f64),
+        Tensor::F16(a) => write!(a, half::f16),
+        Tensor::I8(a) => write!(a, i8),
+        Tensor::I16(a) => write!(a, i16),
+        Tensor::I32(a) => write!(a, i32),
+        Tensor::I64(a) => write!(a, i64),
+        Tensor::U8(a) => write!(a, u8),
+        Tensor::U16(a) => write!(a, u16),
+        Tensor::U32(a) => write!(a, u32),
+        Tensor::U64(a) => write!(a, u64),
+        Tensor::Bool(a) => write!(a, bool),
+        Tensor::BF16(_) | Tensor::String(_) => {
+            return Err(TensorError::UnsupportedType {
+                context: "npy".into(),
+                dtype: t.dtype().to_string(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Writes a tensor to an `.npy` file atomically (a temporary file, then a rename), so
+/// no half-written file is ever left behind.
+pub fn write_npy(path: &Path, t: &Tensor) -> Result<(), TensorError> {
+    let bytes = write_npy_bytes(t)?;
+    let io = |source| TensorError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    let tmp = path.with_extension("npy.tmp");
+    std::fs::write(&tmp, &bytes).map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        io(e)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_all_numeric_types() {
+        let shape = [2usize, 3];
+        let ts = vec![
+            Tensor::F32(
+                ArrayD::from_shape_vec(IxDyn(&shape), vec![1.5f32, -2., 0., 3., f32::NAN, 7.])
+                    .unwrap(),
+            ),
+            Tensor::I64(
+                ArrayD::from_shape_vec(IxDyn(&shape), vec![1i64, -2, 0, 3, i64::MAX, 7]).unwrap(),
+            ),
+            Tensor::U8(ArrayD::from_shape_vec(IxDyn(&shape), vec![1u8, 2, 0, 3, 255, 7]).unwrap()),
+            Tensor::Bool(
+                ArrayD::from_shape_vec(IxDyn(&shape), vec![true, false, true, true, false, true])
+                    .unwrap(),
+            ),
+        ];
+        for t in ts {
+            let back = read_npy_bytes(&write_npy_bytes(&t).unwrap(), "x.npy").unwrap();
+            assert_eq!(back.dtype(), t.dtype());
+            assert_eq!(back.shape(), t.shape());
+            assert_eq!(format!("{back:?}"), format!("{t:?}"));
+        }
+    }
+
+    #[test]
+    fn truncated_and_garbage_are_errors() {
+        let t = Tensor::from_f32(&[4], vec![1., 2., 3., 4.]).unwrap();
+        let bytes = write_npy_bytes(&t).unwrap();
+        let e = read_npy_bytes(&bytes[..bytes.len() - 3], "a.npy")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("a.npy: truncated"), "{e}");
+        assert!(read_npy_bytes(b"hello world", "b.npy").is_err());
+        assert!(read_npy_bytes(&[], "c.npy").is_err());
+    }
+}

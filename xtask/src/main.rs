@@ -1,0 +1,2 @@
+//! Developer tasks (`cargo xtask help`).
+fn main() {}
