@@ -1,0 +1,1 @@
+//! Fake quantization (quantize then dequantize) as HZCALIBRATION.md §3 defines it.

@@ -1,0 +1,176 @@
+//! Operator kernels and the registry that picks one per node at plan time.
+//!
+//! Every op module exposes `pub(crate) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn
+//! Kernel>, OpError>>`: `None` when it does not handle `spec.op_type`, otherwise the
+//! kernel or the reason it cannot run this node (an attribute value, opset or form it
+//! does not support). Checking happens at build time so a model with an unsupported
+//! node is rejected before anything runs.
+
+pub mod attrs;
+
+pub(crate) mod conv;
+pub(crate) mod elementwise;
+pub(crate) mod matmul;
+pub(crate) mod misc;
+pub(crate) mod norm;
+pub(crate) mod pool;
+pub(crate) mod quantize;
+pub(crate) mod reduce;
+pub(crate) mod resize;
+pub(crate) mod rnn;
+pub(crate) mod shape;
+
+pub use attrs::Attrs;
+
+use hmct_tensor::Tensor;
+
+/// Why a kernel cannot be built or run. The executor adds node name, op type and opset.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum OpError {
+    /// Something valid in ONNX that this interpreter does not implement.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    /// Inputs or attributes that break the operator's contract.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl OpError {
+    pub fn unsupported(msg: impl Into<String>) -> Self {
+        OpError::Unsupported(msg.into())
+    }
+    pub fn invalid(msg: impl Into<String>) -> Self {
+        OpError::Invalid(msg.into())
+    }
+}
+
+/// What a kernel builder knows about a node at plan time.
+#[derive(Clone, Copy)]
+pub struct NodeSpec<'a> {
+    pub name: &'a str,
+    pub op_type: &'a str,
+    /// Normalized domain: `""` for the standard domain (also written `ai.onnx`).
+    pub domain: &'a str,
+    /// The opset version the model imports for the node's domain.
+    pub opset: i64,
+    pub attrs: Attrs<'a>,
+    /// Number of inputs as written in the node, including empty (omitted) ones.
+    pub num_inputs: usize,
+    /// Which inputs are present (non-empty names).
+    pub inputs_present: &'a [bool],
+    pub num_outputs: usize,
+    /// Inputs whose values are constant (initializers, `Constant` outputs, folded
+    /// values), known at plan time. A kernel may precompute from them (e.g. repack
+    /// weights); it still receives them at run time.
+    pub const_inputs: &'a [Option<&'a Tensor>],
+}
+
+impl NodeSpec<'_> {
+    /// Whether optional input `i` is given.
+    pub fn has_input(&self, i: usize) -> bool {
+        self.inputs_present.get(i).copied().unwrap_or(false)
+    }
+}
+
+/// A kernel bound to one node. Runs on inputs in node order (`None` for omitted
+/// optional inputs) and returns the node's outputs in order (trailing optional
+/// outputs may be left out).
+///
+/// Kernels must be deterministic: the same inputs give bit-identical outputs whatever
+/// the rayon thread count (split work by output element, never reduce across threads
+/// in a schedule-dependent order).
+pub trait Kernel: Send + Sync {
+    fn run(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError>;
+}
+
+impl<F> Kernel for F
+where
+    F: Fn(&[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> + Send + Sync,
+{
+    fn run(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+        self(inputs)
+    }
+}
+
+type Builder = fn(&NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>>;
+
+const BUILDERS: &[Builder] = &[
+    elementwise::build,
+    reduce::build,
+    shape::build,
+    conv::build,
+    matmul::build,
+    pool::build,
+    norm::build,
+    resize::build,
+    quantize::build,
+    rnn::build,
+    misc::build,
+];
+
+/// Builds the kernel for a standard-domain node.
+pub fn build_kernel(spec: &NodeSpec) -> Result<Box<dyn Kernel>, OpError> {
+    if !spec.domain.is_empty() {
+        return Err(OpError::unsupported(format!("operator domain '{}'", spec.domain)));
+    }
+    for b in BUILDERS {
+        if let Some(k) = b(spec) {
+            return k;
+        }
+    }
+    Err(OpError::unsupported("operator not implemented"))
+}
+
+/// Fetches required input `i` of a kernel's inputs.
+pub fn input<'t>(inputs: &[Option<&'t Tensor>], i: usize) -> Result<&'t Tensor, OpError> {
+    inputs
+        .get(i)
+        .copied()
+        .flatten()
+        .ok_or_else(|| OpError::invalid(format!("missing required input {i}")))
+}
+
+/// Fetches required input `i` as an f32 array.
+pub fn input_f32<'t>(
+    inputs: &[Option<&'t Tensor>],
+    i: usize,
+) -> Result<&'t hmct_tensor::ndarray::ArrayD<f32>, OpError> {
+    let t = input(inputs, i)?;
+    t.as_f32()
+        .ok_or_else(|| OpError::unsupported(format!("input {i} of type {} (only float is implemented here)", t.dtype())))
+}
+
+/// Reads an integer vector input (shapes, axes, pads, ...).
+pub fn input_i64s(inputs: &[Option<&Tensor>], i: usize) -> Result<Vec<i64>, OpError> {
+    let t = input(inputs, i)?;
+    t.to_i64_vec()
+        .ok_or_else(|| OpError::invalid(format!("input {i} must be an integer tensor, got {}", t.dtype())))
+}
+
+/// Resolves a possibly negative axis against `rank`.
+pub fn normalize_axis(axis: i64, rank: usize) -> Result<usize, OpError> {
+    let r = rank as i64;
+    let a = if axis < 0 { axis + r } else { axis };
+    if a < 0 || a >= r.max(1) {
+        return Err(OpError::invalid(format!("axis {axis} out of range for rank {rank}")));
+    }
+    Ok(a as usize)
+}
+
+/// Numpy-style broadcast of two shapes.
+pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>, OpError> {
+    let n = a.len().max(b.len());
+    let mut out = vec![0; n];
+    for i in 0..n {
+        let da = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
+        let db = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        out[i] = if da == db || db == 1 {
+            da
+        } else if da == 1 {
+            db
+        } else {
+            return Err(OpError::invalid(format!("shapes {a:?} and {b:?} do not broadcast")));
+        };
+    }
+    Ok(out)
+}
