@@ -1,1 +1,26 @@
-//! Figures for the debugger: line charts, histograms, box plots. Takes plain series and\n//! statistics, knows nothing of ONNX; renders PNG or SVG with an embedded font.
+//! Figures for the debugger: line charts over node names, overlaid histograms and
+//! per-channel box plots. Takes plain series and statistics, knows nothing of ONNX.
+//!
+//! Every figure is a function taking a plain-data spec, an output path and a
+//! [`Format`]; it renders in memory, writes a temp file in the target folder and renames
+//! it over the path, and returns a [`RenderInfo`] saying what was left out (NaN/inf).
+//!
+//! Text always comes from DejaVu Sans embedded in the binary (see `assets/`): no system
+//! font, fontconfig or freetype is consulted. In PNGs the glyphs are rasterised from it;
+//! in SVGs every string is written as filled `<path>` outlines rather than `<text>`
+//! (plotters' SVG backend would name a font family and leave the viewer to find one).
+
+mod boxplot;
+mod draw;
+mod error;
+mod figure;
+mod histogram;
+mod line;
+mod text;
+
+pub use boxplot::{BoxPlot, BoxStats, box_plot, channel_stats};
+pub use draw::{LineKind, Marker};
+pub use error::PlotError;
+pub use figure::{Figure, Format, RenderInfo, Rgb};
+pub use histogram::{HistSeries, Histogram, VLine, histogram};
+pub use line::{Baseline, LineChart, LineSeries, line_chart};
