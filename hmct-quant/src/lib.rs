@@ -1,5 +1,16 @@
 //! Pure-Rust ONNX interpreter tuned for fake quantization: plan, kernels, activation
 //! cache and incremental re-execution.
+//!
+//! [`plan::Plan`] compiles a graph once (kernels chosen and attributes checked per
+//! node, constants folded); [`exec::Session`] runs it under a [`exec::Config`] of
+//! calibration-node overrides, captures activations, and re-runs only what a change
+//! affects (see the `exec` module docs).
 
+pub mod exec;
 pub mod fake_quant;
 pub mod ops;
+pub mod plan;
+
+pub use exec::{Base, Capture, Config, Override, RunError, Session, Values};
+pub use fake_quant::FakeQuant;
+pub use plan::{CalibrationSetting, Plan, PlanError, PlanOptions, Slot};

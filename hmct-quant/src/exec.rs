@@ -1,0 +1,539 @@
+//! Running a plan: full runs, configurations of calibration nodes, captured
+//! activations and incremental re-execution.
+//!
+//! One scheduler serves every kind of run. Given the values already known (constants,
+//! inputs, and for an incremental run the captured activations of a base run), the
+//! slots whose value changes (outputs of calibration nodes whose effective setting
+//! differs from the base, and everything downstream), and the slots wanted, it runs
+//! exactly the nodes needed: walking back from each wanted slot, a slot that is known
+//! and unchanged stops the walk, anything else makes its producer run. A full run is
+//! the case where nothing but constants and inputs is known, so an incremental run
+//! executes the same kernels on the same inputs in the same order for every node it
+//! re-runs, which is why its results are bit-identical to a full run.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use hmct_tensor::Tensor;
+
+use crate::fake_quant::FakeQuant;
+use crate::ops::OpError;
+use crate::plan::{NodeOp, Plan, Slot};
+
+/// Errors while running.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("node '{node}' ({op_type}, opset {opset}): {source}")]
+    Node {
+        node: String,
+        op_type: String,
+        opset: i64,
+        #[source]
+        source: OpError,
+    },
+    #[error("calibration node '{node}': {message}")]
+    Calibration { node: String, message: String },
+    #[error("input '{name}': {message}")]
+    Input { name: String, message: String },
+    #[error("value '{0}' was not computed (it is neither produced by the run nor captured)")]
+    Missing(String),
+    #[error("{0}")]
+    ThreadPool(String),
+}
+
+/// Which model a configuration starts from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Base {
+    /// Every calibration node OFF.
+    #[default]
+    Float,
+    /// Calibration nodes as the file's `switch` says.
+    Calibrated,
+}
+
+/// An override on one calibration node.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Override {
+    /// ON with the file's parameters.
+    On,
+    /// The identity.
+    Off,
+    /// ON with these parameters (e.g. the same thresholds at int16).
+    Set(FakeQuant),
+}
+
+/// A debug configuration: a base model plus overrides on calibration nodes, keyed by
+/// their index in [`Plan::calibrations`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Config {
+    pub base: Base,
+    pub overrides: HashMap<usize, Override>,
+}
+
+impl Config {
+    /// The float model.
+    pub fn float() -> Config {
+        Config::default()
+    }
+
+    /// The calibrated model as written.
+    pub fn calibrated() -> Config {
+        Config {
+            base: Base::Calibrated,
+            overrides: HashMap::new(),
+        }
+    }
+
+    /// Adds an override.
+    pub fn with(mut self, calibration: usize, o: Override) -> Config {
+        self.overrides.insert(calibration, o);
+        self
+    }
+
+    /// What calibration node `i` does under this configuration (`None` = identity).
+    pub fn effective<'p>(&'p self, plan: &'p Plan, i: usize) -> Option<&'p FakeQuant> {
+        let file = &plan.calibrations[i].file;
+        let fq = match self.overrides.get(&i) {
+            Some(Override::Off) => None,
+            Some(Override::On) => Some(&file.fake_quant),
+            Some(Override::Set(fq)) => Some(fq),
+            None => match self.base {
+                Base::Float => None,
+                Base::Calibrated => file.switch_on.then_some(&file.fake_quant),
+            },
+        };
+        fq.filter(|fq| !matches!(fq, FakeQuant::Identity))
+    }
+}
+
+/// Values of a run, indexed by slot. Cheap to clone (tensors are shared).
+#[derive(Clone, Debug, Default)]
+pub struct Values {
+    slots: Vec<Option<Arc<Tensor>>>,
+}
+
+impl Values {
+    /// The value in a slot, if it was computed and kept.
+    pub fn get(&self, slot: Slot) -> Option<&Arc<Tensor>> {
+        self.slots.get(slot).and_then(|v| v.as_ref())
+    }
+
+    /// Bytes held by the kept values (shared tensors count once per slot).
+    pub fn nbytes(&self) -> usize {
+        self.slots.iter().flatten().map(|t| t.nbytes()).sum()
+    }
+
+    /// Drops a value.
+    pub fn forget(&mut self, slot: Slot) {
+        if let Some(v) = self.slots.get_mut(slot) {
+            *v = None;
+        }
+    }
+}
+
+/// What to keep of a run beyond the wanted outputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Capture {
+    /// Only the wanted slots.
+    Wanted,
+    /// Every value computed (activations for later incremental runs).
+    All,
+}
+
+/// A plan ready to run, with a thread pool and the cache of fake-quantized weights.
+pub struct Session {
+    plan: Plan,
+    pool: rayon::ThreadPool,
+    threads: usize,
+    /// Fake-quantized weights per calibration node: a weight node is a constant
+    /// function of its weight, so each (node, parameters) pair is computed once.
+    weight_cache: Mutex<HashMap<usize, Vec<(FakeQuant, Arc<Tensor>)>>>,
+}
+
+impl Session {
+    /// A session running on `threads` threads (0 = all cores).
+    pub fn new(plan: Plan, threads: usize) -> Result<Session, RunError> {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .map_err(|e| RunError::ThreadPool(e.to_string()))?;
+        let threads = pool.current_num_threads();
+        Ok(Session {
+            plan,
+            pool,
+            threads,
+            weight_cache: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Runs `f` inside this session's thread pool (for callers that parallelize
+    /// across runs, e.g. one probe per task).
+    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        self.pool.install(f)
+    }
+
+    /// Checks inputs against the declared graph inputs and binds them to slots.
+    pub fn bind_inputs(&self, inputs: &[(&str, Tensor)]) -> Result<Values, RunError> {
+        let plan = &self.plan;
+        let mut values = Values {
+            slots: vec![None; plan.num_values()],
+        };
+        for info in plan.inputs() {
+            let Some((_, t)) = inputs.iter().find(|(n, _)| *n == info.name) else {
+                return Err(RunError::Input {
+                    name: info.name.clone(),
+                    message: "not given".into(),
+                });
+            };
+            if let Some(dt) = info.dtype
+                && dt != t.dtype()
+            {
+                return Err(RunError::Input {
+                    name: info.name.clone(),
+                    message: format!("expected {dt}, got {}", t.dtype()),
+                });
+            }
+            if let Some(dims) = &info.dims {
+                let ok = dims.len() == t.shape().len()
+                    && dims.iter().zip(t.shape()).all(|(d, &s)| d.is_none_or(|d| d == s));
+                if !ok {
+                    let want: Vec<String> = dims
+                        .iter()
+                        .map(|d| d.map_or("?".to_string(), |d| d.to_string()))
+                        .collect();
+                    return Err(RunError::Input {
+                        name: info.name.clone(),
+                        message: format!("expected shape [{}], got {:?}", want.join(", "), t.shape()),
+                    });
+                }
+            }
+            values.slots[info.slot] = Some(Arc::new(t.clone().into_standard_layout()));
+        }
+        for (name, _) in inputs {
+            if !plan.inputs().iter().any(|i| i.name == *name) {
+                return Err(RunError::Input {
+                    name: name.to_string(),
+                    message: "the model has no such input".into(),
+                });
+            }
+        }
+        Ok(values)
+    }
+
+    /// Runs the model from its inputs and returns the graph outputs in order.
+    pub fn run(&self, inputs: &[(&str, Tensor)], config: &Config) -> Result<Vec<Arc<Tensor>>, RunError> {
+        let bound = self.bind_inputs(inputs)?;
+        let wanted = self.plan.outputs().to_vec();
+        let values = self.run_from(&bound, None, config, &wanted, Capture::Wanted)?;
+        wanted
+            .iter()
+            .map(|&s| self.value(&values, s))
+            .collect()
+    }
+
+    /// The general entry point. `known` holds values already available: bound inputs,
+    /// or the captured values of a base run made under `base_config`. Values of
+    /// calibration nodes whose setting differs between `base_config` and `config`,
+    /// and everything downstream of them, are recomputed; a slot missing from `known`
+    /// is recomputed from what is there. Returns `known` updated with the new values
+    /// (for `Capture::All`) or with just the wanted slots filled in.
+    pub fn run_from(
+        &self,
+        known: &Values,
+        base_config: Option<&Config>,
+        config: &Config,
+        wanted: &[Slot],
+        capture: Capture,
+    ) -> Result<Values, RunError> {
+        self.pool.install(|| self.execute(known, base_config, config, wanted, capture))
+    }
+
+    fn execute(
+        &self,
+        known: &Values,
+        base_config: Option<&Config>,
+        config: &Config,
+        wanted: &[Slot],
+        capture: Capture,
+    ) -> Result<Values, RunError> {
+        let plan = &self.plan;
+        let n_values = plan.num_values();
+
+        // Forward pass over the plan: which slots change relative to `known`.
+        let mut dirty = vec![false; n_values];
+        if let Some(base) = base_config {
+            for node in &plan.nodes {
+                let changed = match node.op {
+                    NodeOp::Calibration(c) => config.effective(plan, c) != base.effective(plan, c),
+                    _ => false,
+                };
+                if changed || node.inputs.iter().flatten().any(|&s| dirty[s]) {
+                    for &o in &node.outputs {
+                        dirty[o] = true;
+                    }
+                }
+            }
+        }
+
+        // Backward pass: which nodes must run to produce the wanted slots.
+        let available = |s: Slot| !dirty[s] && (plan.constants[s].is_some() || known.get(s).is_some());
+        let mut run_node = vec![false; plan.nodes.len()];
+        let mut visited = vec![false; n_values];
+        let mut stack: Vec<Slot> = wanted.to_vec();
+        while let Some(s) = stack.pop() {
+            if visited[s] {
+                continue;
+            }
+            visited[s] = true;
+            if available(s) {
+                continue;
+            }
+            let Some(p) = plan.producer[s] else {
+                return Err(RunError::Missing(plan.value_name(s).to_string()));
+            };
+            if !run_node[p] {
+                run_node[p] = true;
+                stack.extend(plan.nodes[p].inputs.iter().flatten().copied());
+            }
+        }
+
+        // Last reader of each slot among the nodes that run, to free memory early.
+        let mut keep = vec![capture == Capture::All; n_values];
+        for &w in wanted {
+            keep[w] = true;
+        }
+        let mut last_use = vec![usize::MAX; n_values];
+        for (i, node) in plan.nodes.iter().enumerate() {
+            if run_node[i] {
+                for &s in node.inputs.iter().flatten() {
+                    last_use[s] = i;
+                }
+            }
+        }
+
+        let mut values = known.clone();
+        values.slots.resize(n_values, None);
+        for (i, node) in plan.nodes.iter().enumerate() {
+            if !run_node[i] {
+                continue;
+            }
+            let outputs = self.run_node(i, &mut values, config, &keep, &last_use)?;
+            for (&slot, t) in node.outputs.iter().zip(outputs) {
+                values.slots[slot] = Some(t);
+            }
+            for &s in node.inputs.iter().flatten() {
+                if last_use[s] == i && !keep[s] {
+                    values.slots[s] = None;
+                }
+            }
+        }
+        if capture == Capture::Wanted {
+            for (s, v) in values.slots.iter_mut().enumerate() {
+                if !keep[s] {
+                    *v = None;
+                }
+            }
+        }
+        Ok(values)
+    }
+
+    fn run_node(
+        &self,
+        i: usize,
+        values: &mut Values,
+        config: &Config,
+        keep: &[bool],
+        last_use: &[usize],
+    ) -> Result<Vec<Arc<Tensor>>, RunError> {
+        let plan = &self.plan;
+        let node = &plan.nodes[i];
+        let fetch = |values: &Values, s: Slot| -> Result<Arc<Tensor>, RunError> {
+            plan.constants[s]
+                .clone()
+                .or_else(|| values.get(s).cloned())
+                .ok_or_else(|| RunError::Missing(plan.value_name(s).to_string()))
+        };
+        let node_err = |source| RunError::Node {
+            node: node.name.clone(),
+            op_type: node.op_type.clone(),
+            opset: node.opset,
+            source,
+        };
+        match &node.op {
+            NodeOp::Calibration(c) => {
+                let cal = &plan.calibrations[*c];
+                let input_slot = node.inputs[0].expect("calibration input checked at plan time");
+                let Some(fq) = config.effective(plan, *c) else {
+                    return Ok(vec![fetch(values, input_slot)?]);
+                };
+                let calib_err = |message: String| RunError::Calibration {
+                    node: cal.name.clone(),
+                    message,
+                };
+                if cal.is_weight {
+                    return Ok(vec![self.quantized_weight(*c, fq, &fetch(values, input_slot)?)?]);
+                }
+                // Quantize in place when this node is the input's last reader and no
+                // one keeps it; otherwise on a copy.
+                let mut input = if last_use[input_slot] == i && !keep[input_slot] {
+                    values.slots[input_slot].take()
+                } else {
+                    None
+                }
+                .map_or_else(|| fetch(values, input_slot), Ok)?;
+                let t = Arc::make_mut(&mut input);
+                let shape = t.shape().to_vec();
+                let dtype = t.dtype();
+                let data = t
+                    .as_f32_mut()
+                    .ok_or_else(|| calib_err(format!("input is {dtype}, only float tensors can be quantized")))?;
+                let slice = data.as_slice_mut().expect("tensors are kept in standard layout");
+                fq.apply_in_place(slice, &shape).map_err(|e| calib_err(e.to_string()))?;
+                Ok(vec![input])
+            }
+            NodeOp::Kernel(kernel) => {
+                let inputs: Vec<Option<Arc<Tensor>>> = node
+                    .inputs
+                    .iter()
+                    .map(|s| s.map(|s| fetch(values, s)).transpose())
+                    .collect::<Result<_, _>>()?;
+                let refs: Vec<Option<&Tensor>> = inputs.iter().map(|t| t.as_deref()).collect();
+                let out = kernel.run(&refs).map_err(node_err)?;
+                if out.len() > node.outputs.len() {
+                    return Err(node_err(OpError::invalid("kernel returned too many outputs")));
+                }
+                Ok(out.into_iter().map(|t| Arc::new(t.into_standard_layout())).collect())
+            }
+            NodeOp::If {
+                then_branch,
+                else_branch,
+            } => {
+                let cond = fetch(values, node.inputs[0].ok_or_else(|| node_err(OpError::invalid("missing condition")))?)?;
+                let c = match &*cond {
+                    Tensor::Bool(a) if a.len() == 1 => a.iter().next().copied().unwrap_or(false),
+                    other => return Err(node_err(OpError::invalid(format!("condition must be one bool, got {} {:?}", other.dtype(), other.shape())))),
+                };
+                let branch = if c { then_branch } else { else_branch };
+                // Outer values the branches read follow the condition, then-branch's first.
+                let offset = if c { 1 } else { 1 + then_branch.inputs().len() };
+                let mut sub_inputs = Vec::new();
+                for (k, info) in branch.inputs().iter().enumerate() {
+                    let s = node.inputs[offset + k].expect("outer inputs are always bound");
+                    sub_inputs.push((info.slot, fetch(values, s)?));
+                }
+                run_subplan(branch, sub_inputs)
+            }
+        }
+    }
+
+    /// A slot's value: a constant of the plan or a value of `values`.
+    pub fn value(&self, values: &Values, slot: Slot) -> Result<Arc<Tensor>, RunError> {
+        self.plan.constants[slot]
+            .clone()
+            .or_else(|| values.get(slot).cloned())
+            .ok_or_else(|| RunError::Missing(self.plan.value_name(slot).to_string()))
+    }
+
+    fn quantized_weight(&self, c: usize, fq: &FakeQuant, weight: &Arc<Tensor>) -> Result<Arc<Tensor>, RunError> {
+        let cal = &self.plan.calibrations[c];
+        if let Some(hit) = self
+            .weight_cache
+            .lock()
+            .expect("weight cache lock")
+            .get(&c)
+            .and_then(|v| v.iter().find(|(k, _)| k == fq))
+        {
+            return Ok(hit.1.clone());
+        }
+        let mut t = (**weight).clone();
+        let shape = t.shape().to_vec();
+        let data = t.as_f32_mut().ok_or_else(|| RunError::Calibration {
+            node: cal.name.clone(),
+            message: format!("weight is {}, only float tensors can be quantized", weight.dtype()),
+        })?;
+        fq.apply_in_place(data.as_slice_mut().expect("standard layout"), &shape)
+            .map_err(|e| RunError::Calibration {
+                node: cal.name.clone(),
+                message: e.to_string(),
+            })?;
+        let t = Arc::new(t);
+        self.weight_cache
+            .lock()
+            .expect("weight cache lock")
+            .entry(c)
+            .or_default()
+            .push((fq.clone(), t.clone()));
+        Ok(t)
+    }
+}
+
+/// Runs a branch subgraph (no calibration nodes) on its bound inputs.
+fn run_subplan(plan: &Plan, inputs: Vec<(Slot, Arc<Tensor>)>) -> Result<Vec<Arc<Tensor>>, RunError> {
+    let mut values = Values {
+        slots: vec![None; plan.num_values()],
+    };
+    for (s, t) in inputs {
+        values.slots[s] = Some(t);
+    }
+    for node in &plan.nodes {
+        let fetch = |s: Slot| -> Result<Arc<Tensor>, RunError> {
+            plan.constants[s]
+                .clone()
+                .or_else(|| values.get(s).cloned())
+                .ok_or_else(|| RunError::Missing(plan.value_name(s).to_string()))
+        };
+        let node_err = |source| RunError::Node {
+            node: node.name.clone(),
+            op_type: node.op_type.clone(),
+            opset: node.opset,
+            source,
+        };
+        let outs: Vec<Arc<Tensor>> = match &node.op {
+            NodeOp::Kernel(k) => {
+                let inputs: Vec<Option<Arc<Tensor>>> =
+                    node.inputs.iter().map(|s| s.map(fetch).transpose()).collect::<Result<_, _>>()?;
+                let refs: Vec<Option<&Tensor>> = inputs.iter().map(|t| t.as_deref()).collect();
+                k.run(&refs).map_err(node_err)?.into_iter().map(|t| Arc::new(t.into_standard_layout())).collect()
+            }
+            NodeOp::If {
+                then_branch,
+                else_branch,
+            } => {
+                let cond = fetch(node.inputs[0].ok_or_else(|| node_err(OpError::invalid("missing condition")))?)?;
+                let c = match &*cond {
+                    Tensor::Bool(a) if a.len() == 1 => a.iter().next().copied().unwrap_or(false),
+                    _ => return Err(node_err(OpError::invalid("condition must be one bool"))),
+                };
+                let branch = if c { then_branch } else { else_branch };
+                let offset = if c { 1 } else { 1 + then_branch.inputs().len() };
+                let mut sub_inputs = Vec::new();
+                for (k, info) in branch.inputs().iter().enumerate() {
+                    let s = node.inputs[offset + k].expect("outer inputs are always bound");
+                    sub_inputs.push((info.slot, fetch(s)?));
+                }
+                run_subplan(branch, sub_inputs)?
+            }
+            NodeOp::Calibration(_) => unreachable!("subgraphs are planned without calibration"),
+        };
+        for (&slot, t) in node.outputs.iter().zip(outs) {
+            values.slots[slot] = Some(t);
+        }
+    }
+    plan.outputs
+        .iter()
+        .map(|&s| {
+            plan.constants[s]
+                .clone()
+                .or_else(|| values.get(s).cloned())
+                .ok_or_else(|| RunError::Missing(plan.value_name(s).to_string()))
+        })
+        .collect()
+}
