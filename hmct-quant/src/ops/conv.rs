@@ -1,6 +1,798 @@
-use super::{Kernel, NodeSpec, OpError};
+//! Conv, ConvInteger and ConvTranspose (1-D, 2-D and 3-D).
+//!
+//! Conv lowers to GEMM: a 1×1 stride-1 unpadded conv multiplies the weight by the input
+//! directly, other convs unfold (im2col) a block of output rows at a time into a
+//! buffer that stays in cache, and convs with one input channel per group (depthwise)
+//! run a direct loop whose inner loop walks an output row. Parallel tasks are
+//! (batch, group, row block) triples fixed by the shapes, so results do not depend on
+//! the thread count. ConvTranspose is a GEMM into columns followed by col2im.
+
+use std::borrow::Cow;
+
+use hmct_tensor::ndarray::{ArrayD, IxDyn};
+use hmct_tensor::{Tensor, f16};
+use rayon::prelude::*;
+
+use super::matmul::gemm_util::{self as gu, MatRef, Scalar, SendPtr};
+use super::{Kernel, NodeSpec, OpError, input};
 
 pub(crate) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>> {
-    let _ = spec;
-    None
+    let k: Result<Box<dyn Kernel>, OpError> = match spec.op_type {
+        "Conv" => ConvKernel::new(spec, false).map(|k| Box::new(k) as Box<dyn Kernel>),
+        "ConvInteger" => ConvKernel::new(spec, true).map(|k| Box::new(k) as Box<dyn Kernel>),
+        "ConvTranspose" => ConvTransposeKernel::new(spec).map(|k| Box::new(k) as Box<dyn Kernel>),
+        _ => return None,
+    };
+    Some(k)
+}
+
+/// `auto_pad` of Conv, ConvTranspose and the pools.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AutoPad {
+    NotSet,
+    SameUpper,
+    SameLower,
+    Valid,
+}
+
+/// Window attributes shared by Conv and the pools, checked at build time.
+#[derive(Clone, Debug)]
+pub(crate) struct WindowAttrs {
+    pub auto_pad: AutoPad,
+    pub kernel_shape: Option<Vec<usize>>,
+    pub strides: Option<Vec<usize>>,
+    pub dilations: Option<Vec<usize>>,
+    /// `[begin_0, .., begin_n, end_0, .., end_n]`.
+    pub pads: Option<Vec<usize>>,
+}
+
+fn positive_list(spec: &NodeSpec, name: &str) -> Result<Option<Vec<usize>>, OpError> {
+    match spec.attrs.ints(name)? {
+        None => Ok(None),
+        Some(v) => {
+            if v.iter().any(|&x| x < 1) {
+                return Err(OpError::invalid(format!("{name} must be positive, got {v:?}")));
+            }
+            Ok(Some(v.into_iter().map(|x| x as usize).collect()))
+        }
+    }
+}
+
+impl WindowAttrs {
+    pub fn parse(spec: &NodeSpec) -> Result<Self, OpError> {
+        let auto_pad = match spec.attrs.string_or("auto_pad", "NOTSET")?.as_str() {
+            "NOTSET" | "" => AutoPad::NotSet,
+            "SAME_UPPER" => AutoPad::SameUpper,
+            "SAME_LOWER" => AutoPad::SameLower,
+            "VALID" => AutoPad::Valid,
+            other => return Err(OpError::invalid(format!("auto_pad '{other}'"))),
+        };
+        let pads = match spec.attrs.ints("pads")? {
+            None => None,
+            Some(p) => {
+                if p.iter().any(|&x| x < 0) {
+                    return Err(OpError::unsupported(format!("negative pads {p:?}")));
+                }
+                if p.len() % 2 != 0 {
+                    return Err(OpError::invalid(format!("pads {p:?} has odd length")));
+                }
+                Some(p.into_iter().map(|x| x as usize).collect())
+            }
+        };
+        Ok(WindowAttrs {
+            auto_pad,
+            kernel_shape: positive_list(spec, "kernel_shape")?,
+            strides: positive_list(spec, "strides")?,
+            dilations: positive_list(spec, "dilations")?,
+            pads,
+        })
+    }
+
+    fn per_dim(v: &Option<Vec<usize>>, n: usize, name: &str, default: usize) -> Result<Vec<usize>, OpError> {
+        match v {
+            None => Ok(vec![default; n]),
+            Some(v) if v.len() == n => Ok(v.clone()),
+            Some(v) => Err(OpError::invalid(format!("{name} {v:?} does not have {n} values"))),
+        }
+    }
+
+    /// Resolves the window over `input` spatial dims for a kernel of `kernel` dims.
+    /// `ceil_mode` rounds the output size up (pools), dropping a last window that
+    /// would start inside the end padding.
+    pub fn resolve(&self, input: &[usize], kernel: &[usize], ceil_mode: bool) -> Result<Window, OpError> {
+        let n = input.len();
+        if kernel.len() != n {
+            return Err(OpError::invalid(format!("kernel {kernel:?} does not match input dims {input:?}")));
+        }
+        let stride = Self::per_dim(&self.strides, n, "strides", 1)?;
+        let dil = Self::per_dim(&self.dilations, n, "dilations", 1)?;
+        let mut pad_begin = vec![0; n];
+        let mut pad_end = vec![0; n];
+        let mut out = vec![0; n];
+        for i in 0..n {
+            let eff = (kernel[i] - 1) * dil[i] + 1;
+            match self.auto_pad {
+                AutoPad::SameUpper | AutoPad::SameLower => {
+                    out[i] = input[i].div_ceil(stride[i]);
+                    let total = ((out[i].max(1) - 1) * stride[i] + eff).saturating_sub(input[i]);
+                    let small = total / 2;
+                    if self.auto_pad == AutoPad::SameUpper {
+                        (pad_begin[i], pad_end[i]) = (small, total - small);
+                    } else {
+                        (pad_begin[i], pad_end[i]) = (total - small, small);
+                    }
+                    continue;
+                }
+                AutoPad::Valid => {}
+                AutoPad::NotSet => {
+                    if let Some(p) = &self.pads {
+                        if p.len() != 2 * n {
+                            return Err(OpError::invalid(format!("pads {p:?} do not have {} values", 2 * n)));
+                        }
+                        pad_begin[i] = p[i];
+                        pad_end[i] = p[i + n];
+                    }
+                }
+            }
+            let span = input[i] + pad_begin[i] + pad_end[i];
+            if span < eff {
+                return Err(OpError::invalid(format!(
+                    "window {eff} larger than padded input {span} on spatial axis {i}"
+                )));
+            }
+            let o = if ceil_mode {
+                let mut o = (span - eff).div_ceil(stride[i]) + 1;
+                if (o - 1) * stride[i] >= input[i] + pad_begin[i] {
+                    o -= 1;
+                }
+                o
+            } else {
+                (span - eff) / stride[i] + 1
+            };
+            out[i] = o;
+        }
+        Ok(Window {
+            kernel: kernel.to_vec(),
+            stride,
+            dil,
+            pad_begin,
+            pad_end,
+            out,
+        })
+    }
+}
+
+/// A resolved sliding window over `n` spatial dims.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Window {
+    pub kernel: Vec<usize>,
+    pub stride: Vec<usize>,
+    pub dil: Vec<usize>,
+    pub pad_begin: Vec<usize>,
+    pub pad_end: Vec<usize>,
+    pub out: Vec<usize>,
+}
+
+/// A window over exactly three spatial dims (1-D and 2-D padded with leading 1s), which
+/// lets one loop nest serve every rank.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Win3 {
+    pub input: [usize; 3],
+    pub out: [usize; 3],
+    pub kernel: [usize; 3],
+    pub stride: [usize; 3],
+    pub dil: [usize; 3],
+    pub pad: [isize; 3],
+}
+
+impl Win3 {
+    pub fn new(input: &[usize], w: &Window) -> Result<Win3, OpError> {
+        let n = input.len();
+        if n == 0 || n > 3 {
+            return Err(OpError::unsupported(format!("{n} spatial dimensions (1 to 3 are implemented)")));
+        }
+        let lift = |v: &[usize], fill: usize| {
+            let mut a = [fill; 3];
+            a[3 - n..].copy_from_slice(v);
+            a
+        };
+        let pb = lift(&w.pad_begin, 0);
+        Ok(Win3 {
+            input: lift(input, 1),
+            out: lift(&w.out, 1),
+            kernel: lift(&w.kernel, 1),
+            stride: lift(&w.stride, 1),
+            dil: lift(&w.dil, 1),
+            pad: [pb[0] as isize, pb[1] as isize, pb[2] as isize],
+        })
+    }
+    pub fn in_vol(&self) -> usize {
+        self.input.iter().product()
+    }
+    pub fn out_vol(&self) -> usize {
+        self.out.iter().product()
+    }
+    pub fn k_vol(&self) -> usize {
+        self.kernel.iter().product()
+    }
+    /// Input coordinate on axis `a` for output `o` and kernel tap `k`, if inside.
+    #[inline]
+    pub fn src(&self, a: usize, o: usize, k: usize) -> Option<usize> {
+        let i = (o * self.stride[a] + k * self.dil[a]) as isize - self.pad[a];
+        (i >= 0 && (i as usize) < self.input[a]).then_some(i as usize)
+    }
+    /// The output range `[lo, hi)` along the last axis whose source for tap `k` lies
+    /// inside the input, and the source offset `ow * stride + off`.
+    #[inline]
+    pub fn inner_range(&self, k: usize) -> (usize, usize, isize) {
+        let s = self.stride[2] as isize;
+        let off = (k * self.dil[2]) as isize - self.pad[2];
+        let lo = if off >= 0 { 0 } else { ((-off) + s - 1) / s };
+        let w = self.input[2] as isize;
+        let hi = if w - off > 0 { (w - off + s - 1) / s } else { 0 };
+        let hi = hi.min(self.out[2] as isize).max(0);
+        let lo = lo.min(hi);
+        (lo as usize, hi as usize, off)
+    }
+}
+
+/// Contiguous data of an array (a copy only for non-standard layouts).
+pub(crate) fn contiguous<T: Clone>(a: &ArrayD<T>) -> Cow<'_, [T]> {
+    match a.as_slice() {
+        Some(s) => Cow::Borrowed(s),
+        None => Cow::Owned(a.iter().cloned().collect()),
+    }
+}
+
+fn opt_input<'t>(inputs: &[Option<&'t Tensor>], i: usize) -> Option<&'t Tensor> {
+    inputs.get(i).copied().flatten()
+}
+
+fn shaped<T>(shape: Vec<usize>, data: Vec<T>) -> Result<ArrayD<T>, OpError> {
+    ArrayD::from_shape_vec(IxDyn(&shape), data).map_err(|e| OpError::invalid(e.to_string()))
+}
+
+/// Element-wise `y += w * x` over equal-length rows, compiled for AVX2 when present.
+#[multiversion::multiversion(targets("x86_64+avx2+fma"))]
+fn axpy<T: Scalar>(y: &mut [T], x: &[T], w: T) {
+    for (o, &i) in y.iter_mut().zip(x) {
+        *o += w * i;
+    }
+}
+
+struct ConvKernel {
+    attrs: WindowAttrs,
+    group: usize,
+    integer: bool,
+}
+
+impl ConvKernel {
+    fn new(spec: &NodeSpec, integer: bool) -> Result<Self, OpError> {
+        let group = spec.attrs.int_or("group", 1)?;
+        if group < 1 {
+            return Err(OpError::invalid(format!("group {group}")));
+        }
+        if integer && group != 1 {
+            // ConvInteger has no group attribute before opset 10's definition either.
+            return Err(OpError::invalid("ConvInteger takes group = 1"));
+        }
+        Ok(ConvKernel {
+            attrs: WindowAttrs::parse(spec)?,
+            group: group as usize,
+            integer,
+        })
+    }
+
+    fn run_integer(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+        let x = input(inputs, 0)?;
+        let w = input(inputs, 1)?;
+        let int_f64 = |t: &Tensor, what: &str| -> Result<Vec<f64>, OpError> {
+            match t {
+                Tensor::U8(_) | Tensor::I8(_) => Ok(t.to_f64_vec().unwrap_or_default()),
+                other => Err(OpError::unsupported(format!("ConvInteger {what} of type {}", other.dtype()))),
+            }
+        };
+        let mut xv = int_f64(x, "input")?;
+        let mut wv = int_f64(w, "weight")?;
+        if let Some(z) = opt_input(inputs, 2) {
+            let z = int_f64(z, "x_zero_point")?;
+            if z.len() != 1 {
+                return Err(OpError::unsupported("per-channel x_zero_point"));
+            }
+            xv.iter_mut().for_each(|v| *v -= z[0]);
+        }
+        let m = w.shape().first().copied().unwrap_or(0);
+        if let Some(z) = opt_input(inputs, 3) {
+            let z = int_f64(z, "w_zero_point")?;
+            if z.len() == 1 {
+                wv.iter_mut().for_each(|v| *v -= z[0]);
+            } else if z.len() == m && m > 0 {
+                let per = wv.len() / m;
+                for (c, chunk) in wv.chunks_mut(per.max(1)).enumerate() {
+                    chunk.iter_mut().for_each(|v| *v -= z[c]);
+                }
+            } else {
+                return Err(OpError::invalid(format!("w_zero_point of {} values for {m} channels", z.len())));
+            }
+        }
+        let (y, shape) = conv_nd::<f64>(&xv, x.shape(), &wv, w.shape(), None, &self.attrs, self.group)?;
+        let y: Vec<i32> = y.into_iter().map(|v| v as i32).collect();
+        Ok(vec![Tensor::I32(shaped(shape, y)?)])
+    }
+}
+
+impl Kernel for ConvKernel {
+    fn run(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+        if self.integer {
+            return self.run_integer(inputs);
+        }
+        let x = input(inputs, 0)?;
+        let w = input(inputs, 1)?;
+        let b = opt_input(inputs, 2);
+        match (x, w) {
+            (Tensor::F32(xa), Tensor::F32(wa)) => {
+                let bias = match b {
+                    None => None,
+                    Some(Tensor::F32(ba)) => Some(contiguous(ba)),
+                    Some(o) => return Err(OpError::invalid(format!("bias of type {}", o.dtype()))),
+                };
+                let (y, s) = conv_nd(&contiguous(xa), xa.shape(), &contiguous(wa), wa.shape(), bias.as_deref(), &self.attrs, self.group)?;
+                Ok(vec![Tensor::F32(shaped(s, y)?)])
+            }
+            (Tensor::F64(xa), Tensor::F64(wa)) => {
+                let bias = match b {
+                    None => None,
+                    Some(Tensor::F64(ba)) => Some(contiguous(ba)),
+                    Some(o) => return Err(OpError::invalid(format!("bias of type {}", o.dtype()))),
+                };
+                let (y, s) = conv_nd(&contiguous(xa), xa.shape(), &contiguous(wa), wa.shape(), bias.as_deref(), &self.attrs, self.group)?;
+                Ok(vec![Tensor::F64(shaped(s, y)?)])
+            }
+            (Tensor::F16(xa), Tensor::F16(wa)) => {
+                let up = |a: &ArrayD<f16>| a.iter().map(|v| v.to_f32()).collect::<Vec<f32>>();
+                let bias = match b {
+                    None => None,
+                    Some(Tensor::F16(ba)) => Some(up(ba)),
+                    Some(o) => return Err(OpError::invalid(format!("bias of type {}", o.dtype()))),
+                };
+                let (y, s) = conv_nd(&up(xa), xa.shape(), &up(wa), wa.shape(), bias.as_deref(), &self.attrs, self.group)?;
+                Ok(vec![Tensor::F16(shaped(s, y.into_iter().map(f16::from_f32).collect())?)])
+            }
+            _ => Err(OpError::unsupported(format!("Conv on {} input and {} weight", x.dtype(), w.dtype()))),
+        }
+    }
+}
+
+/// Target size of one im2col block, in elements: about 1 MiB of f32.
+const COL_BLOCK: usize = 1 << 18;
+
+/// Conv forward on row-major data. Returns the output and its shape.
+pub(crate) fn conv_nd<T: Scalar>(
+    x: &[T],
+    xs: &[usize],
+    w: &[T],
+    ws: &[usize],
+    bias: Option<&[T]>,
+    attrs: &WindowAttrs,
+    group: usize,
+) -> Result<(Vec<T>, Vec<usize>), OpError> {
+    if xs.len() < 3 || ws.len() != xs.len() {
+        return Err(OpError::invalid(format!("Conv input {xs:?} and weight {ws:?}")));
+    }
+    let (n, c) = (xs[0], xs[1]);
+    let (m, cg) = (ws[0], ws[1]);
+    if cg * group != c || m % group != 0 {
+        return Err(OpError::invalid(format!(
+            "Conv input {xs:?}, weight {ws:?} and group {group} do not fit"
+        )));
+    }
+    let kernel = &ws[2..];
+    if let Some(ks) = &attrs.kernel_shape
+        && ks.as_slice() != kernel
+    {
+        return Err(OpError::invalid(format!("kernel_shape {ks:?} but weight {ws:?}")));
+    }
+    if let Some(b) = bias
+        && b.len() != m
+    {
+        return Err(OpError::invalid(format!("bias of {} values for {m} channels", b.len())));
+    }
+    let win = attrs.resolve(&xs[2..], kernel, false)?;
+    let g3 = Win3::new(&xs[2..], &win)?;
+    let mut shape = vec![n, m];
+    shape.extend_from_slice(&win.out);
+    let (in_vol, out_vol, k_vol) = (g3.in_vol(), g3.out_vol(), g3.k_vol());
+    let mut y = vec![T::zero(); n * m * out_vol];
+    if y.is_empty() {
+        return Ok((y, shape));
+    }
+    if let Some(b) = bias {
+        for (i, plane) in y.chunks_mut(out_vol).enumerate() {
+            plane.fill(b[i % m]);
+        }
+    }
+    let mg = m / group;
+    let kdim = cg * k_vol;
+    if cg == 1 && k_vol > 1 {
+        depthwise(x, w, &mut y, &g3, m, mg);
+        return Ok((y, shape));
+    }
+    let accumulate = bias.is_some();
+    let pointwise = k_vol == 1 && g3.stride == [1, 1, 1] && g3.pad == [0, 0, 0] && g3.out == g3.input;
+    let (row_len, rows) = if pointwise {
+        (1, out_vol)
+    } else {
+        (g3.out[2], g3.out[0] * g3.out[1])
+    };
+    let rows_per_task = (COL_BLOCK / (kdim.max(1) * row_len)).clamp(1, rows);
+    let rows_per_task = if pointwise { rows_per_task.max(256).min(rows) } else { rows_per_task };
+    let chunks = rows.div_ceil(rows_per_task);
+    let yp = SendPtr(y.as_mut_ptr());
+    let run_task = |buf: &mut Vec<T>, t: usize| {
+        let chunk = t % chunks;
+        let bg = t / chunks;
+        let (b, g) = (bg / group, bg % group);
+        let r0 = chunk * rows_per_task;
+        let r1 = (r0 + rows_per_task).min(rows);
+        let cols = (r1 - r0) * row_len;
+        let xg = &x[(b * c + g * cg) * in_vol..][..cg * in_vol];
+        let wg = MatRef::row_major(&w[g * mg * kdim..][..mg * kdim], kdim);
+        let bmat = if pointwise {
+            MatRef {
+                data: &xg[r0..],
+                rs: in_vol,
+                cs: 1,
+            }
+        } else {
+            buf.resize(kdim * cols, T::zero());
+            im2col(xg, cg, &g3, r0, r1, buf);
+            MatRef::row_major(&buf[..], cols)
+        };
+        let yp = yp;
+        // SAFETY: task (b, g, chunk) writes rows [g*mg, (g+1)*mg) × columns
+        // [r0*row_len, r1*row_len) of image b: disjoint from every other task, and in
+        // bounds of `y` (n*m*out_vol elements).
+        unsafe {
+            let dst = yp.0.add((b * m + g * mg) * out_vol + r0 * row_len);
+            gu::gemm_raw(mg, cols, kdim, wg, bmat, dst, out_vol, accumulate, T::one());
+        }
+    };
+    let tasks = n * group * chunks;
+    let work = n * m * out_vol * kdim;
+    if tasks == 1 || work < (1 << 20) {
+        let mut buf = Vec::new();
+        (0..tasks).for_each(|t| run_task(&mut buf, t));
+    } else {
+        (0..tasks).into_par_iter().for_each_init(Vec::new, run_task);
+    }
+    Ok((y, shape))
+}
+
+/// Unfolds output rows `[r0, r1)` (a row is one (d, h) pair) of one image group into
+/// `col`, a `[cg * k_vol, (r1 - r0) * out_w]` row-major matrix.
+fn im2col<T: Scalar>(x: &[T], cg: usize, g: &Win3, r0: usize, r1: usize, col: &mut [T]) {
+    let [_, ih, iw] = g.input;
+    let [_, oh, ow] = g.out;
+    let [kd, kh, kw] = g.kernel;
+    let cols = (r1 - r0) * ow;
+    let mut krow = 0;
+    for ci in 0..cg {
+        let xc = &x[ci * g.in_vol()..][..g.in_vol()];
+        for a in 0..kd {
+            for b in 0..kh {
+                for cc in 0..kw {
+                    let dst = &mut col[krow * cols..][..cols];
+                    krow += 1;
+                    let (lo, hi, off) = g.inner_range(cc);
+                    for (ri, r) in (r0..r1).enumerate() {
+                        let out = &mut dst[ri * ow..][..ow];
+                        let (od, oh_) = (r / oh, r % oh);
+                        let src = match (g.src(0, od, a), g.src(1, oh_, b)) {
+                            (Some(id), Some(ihh)) => &xc[(id * ih + ihh) * iw..][..iw],
+                            _ => {
+                                out.fill(T::zero());
+                                continue;
+                            }
+                        };
+                        if lo >= hi {
+                            out.fill(T::zero());
+                            continue;
+                        }
+                        out[..lo].fill(T::zero());
+                        out[hi..].fill(T::zero());
+                        if g.stride[2] == 1 {
+                            let s0 = (lo as isize + off) as usize;
+                            out[lo..hi].copy_from_slice(&src[s0..s0 + (hi - lo)]);
+                        } else {
+                            let s = g.stride[2];
+                            for (o, v) in (lo..hi).zip(out[lo..hi].iter_mut()) {
+                                *v = src[((o * s) as isize + off) as usize];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Direct conv for one input channel per group: each output plane (image, channel) is
+/// one parallel task that adds every kernel tap's contribution row by row.
+fn depthwise<T: Scalar>(x: &[T], w: &[T], y: &mut [T], g: &Win3, m: usize, mg: usize) {
+    let (in_vol, out_vol, k_vol) = (g.in_vol(), g.out_vol(), g.k_vol());
+    let [_, ih, iw] = g.input;
+    let [od_n, oh_n, ow_n] = g.out;
+    let [kd, kh, kw] = g.kernel;
+    let c = m / mg;
+    let plane = |(i, out): (usize, &mut [T])| {
+        let (b, mo) = (i / m, i % m);
+        let xc = &x[(b * c + mo / mg) * in_vol..][..in_vol];
+        let wk = &w[mo * k_vol..][..k_vol];
+        for od in 0..od_n {
+            for oh in 0..oh_n {
+                let orow = &mut out[(od * oh_n + oh) * ow_n..][..ow_n];
+                for a in 0..kd {
+                    let Some(id) = g.src(0, od, a) else { continue };
+                    for bb in 0..kh {
+                        let Some(ihh) = g.src(1, oh, bb) else { continue };
+                        let irow = &xc[(id * ih + ihh) * iw..][..iw];
+                        for cc in 0..kw {
+                            let wv = wk[(a * kh + bb) * kw + cc];
+                            let (lo, hi, off) = g.inner_range(cc);
+                            if lo >= hi {
+                                continue;
+                            }
+                            if g.stride[2] == 1 {
+                                let s0 = (lo as isize + off) as usize;
+                                axpy(&mut orow[lo..hi], &irow[s0..s0 + (hi - lo)], wv);
+                            } else {
+                                let s = g.stride[2];
+                                for (o, v) in (lo..hi).zip(orow[lo..hi].iter_mut()) {
+                                    *v += wv * irow[((o * s) as isize + off) as usize];
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    if y.len() * k_vol < (1 << 18) {
+        y.chunks_mut(out_vol).enumerate().for_each(plane);
+    } else {
+        y.par_chunks_mut(out_vol).enumerate().for_each(plane);
+    }
+}
+
+struct ConvTransposeKernel {
+    attrs: WindowAttrs,
+    group: usize,
+    output_padding: Option<Vec<usize>>,
+    output_shape: Option<Vec<usize>>,
+}
+
+impl ConvTransposeKernel {
+    fn new(spec: &NodeSpec) -> Result<Self, OpError> {
+        let group = spec.attrs.int_or("group", 1)?;
+        if group < 1 {
+            return Err(OpError::invalid(format!("group {group}")));
+        }
+        let nonneg = |name: &str| -> Result<Option<Vec<usize>>, OpError> {
+            match spec.attrs.ints(name)? {
+                None => Ok(None),
+                Some(v) if v.iter().all(|&x| x >= 0) => Ok(Some(v.into_iter().map(|x| x as usize).collect())),
+                Some(v) => Err(OpError::invalid(format!("{name} {v:?}"))),
+            }
+        };
+        Ok(ConvTransposeKernel {
+            attrs: WindowAttrs::parse(spec)?,
+            group: group as usize,
+            output_padding: nonneg("output_padding")?,
+            output_shape: nonneg("output_shape")?,
+        })
+    }
+
+    /// Begin/end pads and output size per spatial dim, following the ONNX reference.
+    fn geometry(&self, input: &[usize], kernel: &[usize]) -> Result<(Vec<isize>, Vec<usize>, Window), OpError> {
+        let n = input.len();
+        let stride = WindowAttrs::per_dim(&self.attrs.strides, n, "strides", 1)?;
+        let dil = WindowAttrs::per_dim(&self.attrs.dilations, n, "dilations", 1)?;
+        let opad = WindowAttrs::per_dim(&self.output_padding, n, "output_padding", 0)?;
+        let oshape = self.output_shape.as_ref().map(|s| s[s.len().saturating_sub(n)..].to_vec());
+        if let Some(s) = &oshape
+            && s.len() != n
+        {
+            return Err(OpError::invalid(format!("output_shape {s:?} for {n} spatial dims")));
+        }
+        let full: Vec<isize> = (0..n)
+            .map(|i| (stride[i] * (input[i].max(1) - 1) + opad[i] + (kernel[i] - 1) * dil[i] + 1) as isize)
+            .collect();
+        let mut pb = vec![0isize; n];
+        let mut out = vec![0usize; n];
+        let same = matches!(self.attrs.auto_pad, AutoPad::SameUpper | AutoPad::SameLower);
+        if self.attrs.pads.is_some() && !same || (self.attrs.auto_pad == AutoPad::NotSet && oshape.is_none()) || self.attrs.auto_pad == AutoPad::Valid {
+            let p = match (&self.attrs.pads, self.attrs.auto_pad) {
+                (Some(p), AutoPad::NotSet) => p.clone(),
+                _ => vec![0; 2 * n],
+            };
+            if p.len() != 2 * n {
+                return Err(OpError::invalid(format!("pads {p:?} for {n} spatial dims")));
+            }
+            for i in 0..n {
+                pb[i] = p[i] as isize;
+                let o = full[i] - p[i] as isize - p[i + n] as isize;
+                if o < 0 {
+                    return Err(OpError::invalid("ConvTranspose pads exceed the output"));
+                }
+                out[i] = o as usize;
+            }
+            if let Some(s) = &oshape {
+                // Explicit pads and output_shape: the shape wins; extra room is zero.
+                out.clone_from(s);
+            }
+        } else {
+            let target: Vec<usize> = match &oshape {
+                Some(s) => s.clone(),
+                None => (0..n).map(|i| input[i] * stride[i]).collect(),
+            };
+            for i in 0..n {
+                let total = full[i] - target[i] as isize;
+                let half = total.div_euclid(2);
+                pb[i] = if self.attrs.auto_pad == AutoPad::SameUpper { half } else { total - half };
+                out[i] = target[i];
+            }
+        }
+        let win = Window {
+            kernel: kernel.to_vec(),
+            stride,
+            dil,
+            pad_begin: vec![0; n],
+            pad_end: vec![0; n],
+            out,
+        };
+        Ok((pb, win.out.clone(), win))
+    }
+
+    fn run_typed<T: Scalar>(&self, x: &[T], xs: &[usize], w: &[T], ws: &[usize], bias: Option<&[T]>) -> Result<(Vec<T>, Vec<usize>), OpError> {
+        if xs.len() < 3 || ws.len() != xs.len() {
+            return Err(OpError::invalid(format!("ConvTranspose input {xs:?} and weight {ws:?}")));
+        }
+        let group = self.group;
+        let (n, c) = (xs[0], xs[1]);
+        let (wc, mg) = (ws[0], ws[1]);
+        if wc != c || c % group != 0 {
+            return Err(OpError::invalid(format!("ConvTranspose input {xs:?}, weight {ws:?}, group {group}")));
+        }
+        let kernel = &ws[2..];
+        if let Some(ks) = &self.attrs.kernel_shape
+            && ks.as_slice() != kernel
+        {
+            return Err(OpError::invalid(format!("kernel_shape {ks:?} but weight {ws:?}")));
+        }
+        let m = mg * group;
+        let cg = c / group;
+        if let Some(b) = bias
+            && b.len() != m
+        {
+            return Err(OpError::invalid(format!("bias of {} values for {m} channels", b.len())));
+        }
+        let (pb, out, win) = self.geometry(&xs[2..], kernel)?;
+        // Reuse Win3 with the roles of input and output swapped: `src(a, i, k)` maps an
+        // input position and tap to the output position it contributes to.
+        let mut g3 = Win3::new(&out, &win)?;
+        let nsp = xs.len() - 2;
+        let mut pad = [0isize; 3];
+        pad[3 - nsp..].copy_from_slice(&pb);
+        g3.pad = pad;
+        let mut xin = [1usize; 3];
+        xin[3 - nsp..].copy_from_slice(&xs[2..]);
+        let (in_vol, out_vol, k_vol) = (xin.iter().product::<usize>(), g3.in_vol(), g3.k_vol());
+        let mut shape = vec![n, m];
+        shape.extend_from_slice(&out);
+        let mut y = vec![T::zero(); n * m * out_vol];
+        if let Some(b) = bias {
+            for (i, plane) in y.chunks_mut(out_vol.max(1)).enumerate() {
+                plane.fill(b[i % m]);
+            }
+        }
+        if y.is_empty() {
+            return Ok((y, shape));
+        }
+        let rows = mg * k_vol;
+        let mut cols = vec![T::zero(); rows * in_vol];
+        for b in 0..n {
+            for gi in 0..group {
+                let xg = &x[(b * c + gi * cg) * in_vol..][..cg * in_vol];
+                let wg = &w[gi * cg * rows..][..cg * rows];
+                gu::gemm(
+                    rows,
+                    in_vol,
+                    cg,
+                    MatRef::transposed(wg, rows),
+                    MatRef::row_major(xg, in_vol),
+                    &mut cols,
+                    in_vol,
+                    false,
+                    T::one(),
+                );
+                let yb = &mut y[(b * m + gi * mg) * out_vol..][..mg * out_vol];
+                let col2im = |(mo, plane): (usize, &mut [T])| {
+                    col2im_plane(&cols[mo * k_vol * in_vol..][..k_vol * in_vol], plane, &g3, xin);
+                };
+                if yb.len() * k_vol < (1 << 18) {
+                    yb.chunks_mut(out_vol).enumerate().for_each(col2im);
+                } else {
+                    yb.par_chunks_mut(out_vol).enumerate().for_each(col2im);
+                }
+            }
+        }
+        Ok((y, shape))
+    }
+}
+
+/// Adds the columns of one output channel (`[k_vol, in_vol]`) into its output plane.
+/// `g` describes the output as its "input" (see `run_typed`), `xin` the input dims.
+fn col2im_plane<T: Scalar>(cols: &[T], plane: &mut [T], g: &Win3, xin: [usize; 3]) {
+    let [id_n, ih_n, iw_n] = xin;
+    let [_, oh_n, ow_n] = g.input;
+    let [kd, kh, kw] = g.kernel;
+    let in_vol = id_n * ih_n * iw_n;
+    let s = g.stride[2] as isize;
+    let mut k = 0;
+    for a in 0..kd {
+        for bb in 0..kh {
+            for cc in 0..kw {
+                let src = &cols[k * in_vol..][..in_vol];
+                k += 1;
+                let off = (cc * g.dil[2]) as isize - g.pad[2];
+                for id in 0..id_n {
+                    let Some(od) = g.src(0, id, a) else { continue };
+                    for ih in 0..ih_n {
+                        let Some(oh) = g.src(1, ih, bb) else { continue };
+                        let orow = &mut plane[(od * oh_n + oh) * ow_n..][..ow_n];
+                        let irow = &src[(id * ih_n + ih) * iw_n..][..iw_n];
+                        for (iw, &v) in irow.iter().enumerate() {
+                            let o = iw as isize * s + off;
+                            if o >= 0 && (o as usize) < ow_n {
+                                orow[o as usize] += v;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Kernel for ConvTransposeKernel {
+    fn run(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+        let x = input(inputs, 0)?;
+        let w = input(inputs, 1)?;
+        let b = opt_input(inputs, 2);
+        match (x, w) {
+            (Tensor::F32(xa), Tensor::F32(wa)) => {
+                let bias = match b {
+                    None => None,
+                    Some(Tensor::F32(ba)) => Some(contiguous(ba)),
+                    Some(o) => return Err(OpError::invalid(format!("bias of type {}", o.dtype()))),
+                };
+                let (y, s) = self.run_typed(&contiguous(xa), xa.shape(), &contiguous(wa), wa.shape(), bias.as_deref())?;
+                Ok(vec![Tensor::F32(shaped(s, y)?)])
+            }
+            (Tensor::F64(xa), Tensor::F64(wa)) => {
+                let bias = match b {
+                    None => None,
+                    Some(Tensor::F64(ba)) => Some(contiguous(ba)),
+                    Some(o) => return Err(OpError::invalid(format!("bias of type {}", o.dtype()))),
+                };
+                let (y, s) = self.run_typed(&contiguous(xa), xa.shape(), &contiguous(wa), wa.shape(), bias.as_deref())?;
+                Ok(vec![Tensor::F64(shaped(s, y)?)])
+            }
+            _ => Err(OpError::unsupported(format!(
+                "ConvTranspose on {} input and {} weight",
+                x.dtype(),
+                w.dtype()
+            ))),
+        }
+    }
 }

@@ -1,6 +1,696 @@
-use super::{Kernel, NodeSpec, OpError};
+//! MatMul, Gemm, MatMulInteger and Einsum on the shared GEMM (`gemm_util`).
+
+#[path = "gemm_util.rs"]
+pub(crate) mod gemm_util;
+
+use std::collections::BTreeMap;
+
+use hmct_tensor::ndarray::{ArrayD, ArrayViewD, IxDyn};
+use hmct_tensor::{Tensor, bf16, f16};
+use rayon::prelude::*;
+
+use self::gemm_util::{self as gu, MatRef, Scalar};
+use super::conv::contiguous;
+use super::{Kernel, NodeSpec, OpError, broadcast_shapes, input};
 
 pub(crate) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>> {
-    let _ = spec;
-    None
+    let k: Result<Box<dyn Kernel>, OpError> = match spec.op_type {
+        "MatMul" => Ok(Box::new(|inputs: &[Option<&Tensor>]| {
+            Ok(vec![matmul(input(inputs, 0)?, input(inputs, 1)?)?])
+        })),
+        "MatMulInteger" => Ok(Box::new(matmul_integer)),
+        "Gemm" => GemmKernel::new(spec).map(|k| Box::new(k) as Box<dyn Kernel>),
+        "Einsum" => EinsumKernel::new(spec).map(|k| Box::new(k) as Box<dyn Kernel>),
+        _ => return None,
+    };
+    Some(k)
+}
+
+fn shaped<T>(shape: Vec<usize>, data: Vec<T>) -> Result<ArrayD<T>, OpError> {
+    ArrayD::from_shape_vec(IxDyn(&shape), data).map_err(|e| OpError::invalid(e.to_string()))
+}
+
+/// Row-major strides of `shape`.
+fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+/// Offsets of each broadcast batch into an operand of batch dims `dims` (right
+/// aligned against `out`) holding `mat` elements per matrix.
+fn batch_offsets(dims: &[usize], out: &[usize], mat: usize) -> Vec<usize> {
+    let lead = out.len() - dims.len();
+    let st = strides(dims);
+    let total: usize = out.iter().product();
+    let mut offs = Vec::with_capacity(total);
+    let mut idx = vec![0usize; out.len()];
+    for _ in 0..total {
+        let mut o = 0;
+        for (k, &d) in dims.iter().enumerate() {
+            if d != 1 {
+                o += idx[lead + k] * st[k];
+            }
+        }
+        offs.push(o * mat);
+        for k in (0..out.len()).rev() {
+            idx[k] += 1;
+            if idx[k] < out[k] {
+                break;
+            }
+            idx[k] = 0;
+        }
+    }
+    offs
+}
+
+/// Numpy `matmul` semantics on row-major data: 1-D operands are promoted and the
+/// promoted axis removed from the result; batch dims broadcast.
+pub(crate) fn matmul_nd<T: Scalar>(a: &[T], ash: &[usize], b: &[T], bsh: &[usize]) -> Result<(Vec<T>, Vec<usize>), OpError> {
+    if ash.is_empty() || bsh.is_empty() {
+        return Err(OpError::invalid("MatMul of a scalar"));
+    }
+    let mut a_shape = ash.to_vec();
+    let mut b_shape = bsh.to_vec();
+    if a_shape.len() == 1 {
+        a_shape.insert(0, 1);
+    }
+    if b_shape.len() == 1 {
+        b_shape.push(1);
+    }
+    let (ra, rb) = (a_shape.len(), b_shape.len());
+    let (m, k) = (a_shape[ra - 2], a_shape[ra - 1]);
+    let (k2, n) = (b_shape[rb - 2], b_shape[rb - 1]);
+    if k != k2 {
+        return Err(OpError::invalid(format!("MatMul of {ash:?} and {bsh:?}")));
+    }
+    let batch = broadcast_shapes(&a_shape[..ra - 2], &b_shape[..rb - 2])?;
+    let mut out_shape = batch.clone();
+    if ash.len() > 1 {
+        out_shape.push(m);
+    }
+    if bsh.len() > 1 {
+        out_shape.push(n);
+    }
+    let nb: usize = batch.iter().product();
+    let mut y = vec![T::zero(); nb * m * n];
+    if y.is_empty() {
+        return Ok((y, out_shape));
+    }
+    let b_batch: usize = b_shape[..rb - 2].iter().product();
+    if b_batch == 1 && a_shape[..ra - 2].iter().product::<usize>() == nb {
+        // A shared B: fold A's batch into its rows, one big product.
+        let rows = nb * m;
+        gu::gemm(rows, n, k, MatRef::row_major(a, k), MatRef::row_major(b, n), &mut y, n, false, T::one());
+        return Ok((y, out_shape));
+    }
+    let ao = batch_offsets(&a_shape[..ra - 2], &batch, m * k);
+    let bo = batch_offsets(&b_shape[..rb - 2], &batch, k * n);
+    let one = |(i, c): (usize, &mut [T])| {
+        gu::gemm_serial(m, n, k, MatRef::row_major(&a[ao[i]..], k), MatRef::row_major(&b[bo[i]..], n), c, n, false, T::one());
+    };
+    if nb >= 4 && nb * m * n * k >= (1 << 20) {
+        y.par_chunks_mut(m * n).enumerate().for_each(one);
+    } else if nb * m * n * k >= (1 << 20) {
+        for i in 0..nb {
+            let c = &mut y[i * m * n..][..m * n];
+            gu::gemm(m, n, k, MatRef::row_major(&a[ao[i]..], k), MatRef::row_major(&b[bo[i]..], n), c, n, false, T::one());
+        }
+    } else {
+        y.chunks_mut(m * n).enumerate().for_each(one);
+    }
+    Ok((y, out_shape))
+}
+
+/// Integer MatMul with wrapping arithmetic (shape math, rarely hot).
+fn matmul_int<T: Copy + Into<i128>>(a: &ArrayD<T>, b: &ArrayD<T>, back: impl Fn(i128) -> T) -> Result<ArrayD<T>, OpError> {
+    let (mut ash, mut bsh) = (a.shape().to_vec(), b.shape().to_vec());
+    if ash.is_empty() || bsh.is_empty() {
+        return Err(OpError::invalid("MatMul of a scalar"));
+    }
+    if ash.len() == 1 {
+        ash.insert(0, 1);
+    }
+    if bsh.len() == 1 {
+        bsh.push(1);
+    }
+    let (ra, rb) = (ash.len(), bsh.len());
+    let (m, k, n) = (ash[ra - 2], ash[ra - 1], bsh[rb - 1]);
+    if bsh[rb - 2] != k {
+        return Err(OpError::invalid(format!("MatMul of {:?} and {:?}", a.shape(), b.shape())));
+    }
+    let batch = broadcast_shapes(&ash[..ra - 2], &bsh[..rb - 2])?;
+    let mut shape = batch.clone();
+    if a.ndim() > 1 {
+        shape.push(m);
+    }
+    if b.ndim() > 1 {
+        shape.push(n);
+    }
+    let ao = batch_offsets(&ash[..ra - 2], &batch, m * k);
+    let bo = batch_offsets(&bsh[..rb - 2], &batch, k * n);
+    let av = contiguous(a);
+    let bv = contiguous(b);
+    let mut out = Vec::with_capacity(ao.len() * m * n);
+    for (oa, ob) in ao.iter().zip(&bo) {
+        for i in 0..m {
+            for j in 0..n {
+                let mut s: i128 = 0;
+                for p in 0..k {
+                    s = s.wrapping_add(av[oa + i * k + p].into().wrapping_mul(bv[ob + p * n + j].into()));
+                }
+                out.push(back(s));
+            }
+        }
+    }
+    shaped(shape, out)
+}
+
+/// MatMul of two tensors of the same type.
+pub(crate) fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor, OpError> {
+    Ok(match (a, b) {
+        (Tensor::F32(x), Tensor::F32(y)) => {
+            let (v, s) = matmul_nd(&contiguous(x), x.shape(), &contiguous(y), y.shape())?;
+            Tensor::F32(shaped(s, v)?)
+        }
+        (Tensor::F64(x), Tensor::F64(y)) => {
+            let (v, s) = matmul_nd(&contiguous(x), x.shape(), &contiguous(y), y.shape())?;
+            Tensor::F64(shaped(s, v)?)
+        }
+        (Tensor::F16(x), Tensor::F16(y)) => {
+            let up = |a: &ArrayD<f16>| a.iter().map(|v| v.to_f32()).collect::<Vec<f32>>();
+            let (v, s) = matmul_nd(&up(x), x.shape(), &up(y), y.shape())?;
+            Tensor::F16(shaped(s, v.into_iter().map(f16::from_f32).collect())?)
+        }
+        (Tensor::BF16(x), Tensor::BF16(y)) => {
+            let up = |a: &ArrayD<bf16>| a.iter().map(|v| v.to_f32()).collect::<Vec<f32>>();
+            let (v, s) = matmul_nd(&up(x), x.shape(), &up(y), y.shape())?;
+            Tensor::BF16(shaped(s, v.into_iter().map(bf16::from_f32).collect())?)
+        }
+        (Tensor::I32(x), Tensor::I32(y)) => Tensor::I32(matmul_int(x, y, |v| v as i32)?),
+        (Tensor::I64(x), Tensor::I64(y)) => Tensor::I64(matmul_int(x, y, |v| v as i64)?),
+        (Tensor::U32(x), Tensor::U32(y)) => Tensor::U32(matmul_int(x, y, |v| v as u32)?),
+        (Tensor::U64(x), Tensor::U64(y)) => Tensor::U64(matmul_int(x, y, |v| v as u64)?),
+        _ => {
+            return Err(OpError::unsupported(format!("MatMul of {} and {}", a.dtype(), b.dtype())));
+        }
+    })
+}
+
+/// An 8-bit integer tensor as f64 values (exact), for the integer ops.
+fn int8_values(t: &Tensor, what: &str) -> Result<Vec<f64>, OpError> {
+    match t {
+        Tensor::U8(_) | Tensor::I8(_) => Ok(t.to_f64_vec().unwrap_or_default()),
+        other => Err(OpError::unsupported(format!("{what} of type {}", other.dtype()))),
+    }
+}
+
+/// MatMulInteger: products of 8-bit integers minus zero points, accumulated in f64
+/// (exact far beyond any realistic K) and returned as int32.
+fn matmul_integer(inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+    let a = input(inputs, 0)?;
+    let b = input(inputs, 1)?;
+    let mut av = int8_values(a, "MatMulInteger A")?;
+    let mut bv = int8_values(b, "MatMulInteger B")?;
+    let (ash, bsh) = (a.shape(), b.shape());
+    if let Some(z) = inputs.get(2).copied().flatten() {
+        let z = int8_values(z, "a_zero_point")?;
+        let m = if ash.len() >= 2 { ash[ash.len() - 2] } else { 1 };
+        let k = *ash.last().unwrap_or(&1);
+        if z.len() == 1 {
+            av.iter_mut().for_each(|v| *v -= z[0]);
+        } else if z.len() == m {
+            // Per-row zero points of A.
+            for (i, v) in av.iter_mut().enumerate() {
+                *v -= z[(i / k.max(1)) % m];
+            }
+        } else {
+            return Err(OpError::invalid(format!("a_zero_point of {} values", z.len())));
+        }
+    }
+    if let Some(z) = inputs.get(3).copied().flatten() {
+        let z = int8_values(z, "b_zero_point")?;
+        let n = *bsh.last().unwrap_or(&1);
+        if z.len() == 1 {
+            bv.iter_mut().for_each(|v| *v -= z[0]);
+        } else if z.len() == n {
+            for (i, v) in bv.iter_mut().enumerate() {
+                *v -= z[i % n];
+            }
+        } else {
+            return Err(OpError::invalid(format!("b_zero_point of {} values", z.len())));
+        }
+    }
+    let (y, s) = matmul_nd::<f64>(&av, ash, &bv, bsh)?;
+    Ok(vec![Tensor::I32(shaped(s, y.into_iter().map(|v| v as i32).collect())?)])
+}
+
+struct GemmKernel {
+    trans_a: bool,
+    trans_b: bool,
+    alpha: f32,
+    beta: f32,
+}
+
+impl GemmKernel {
+    fn new(spec: &NodeSpec) -> Result<Self, OpError> {
+        // `broadcast` (opset < 7) asks for the unidirectional broadcast of C that
+        // later opsets always do, so it needs no separate handling.
+        Ok(GemmKernel {
+            trans_a: spec.attrs.int_or("transA", 0)? != 0,
+            trans_b: spec.attrs.int_or("transB", 0)? != 0,
+            alpha: spec.attrs.float_or("alpha", 1.0)?,
+            beta: spec.attrs.float_or("beta", 1.0)?,
+        })
+    }
+
+    fn typed<T: Scalar>(
+        &self,
+        a: &[T],
+        ash: &[usize],
+        b: &[T],
+        bsh: &[usize],
+        c: Option<(&[T], &[usize])>,
+        alpha: T,
+        beta: T,
+    ) -> Result<(Vec<T>, Vec<usize>), OpError> {
+        if ash.len() != 2 || bsh.len() != 2 {
+            return Err(OpError::invalid(format!("Gemm operands {ash:?} and {bsh:?} must be 2-D")));
+        }
+        let (m, k) = if self.trans_a { (ash[1], ash[0]) } else { (ash[0], ash[1]) };
+        let (k2, n) = if self.trans_b { (bsh[1], bsh[0]) } else { (bsh[0], bsh[1]) };
+        if k != k2 {
+            return Err(OpError::invalid(format!("Gemm operands {ash:?} and {bsh:?} do not fit")));
+        }
+        let mut y = vec![T::zero(); m * n];
+        let mut accumulate = false;
+        if let Some((cv, csh)) = c
+            && beta != T::zero()
+        {
+            let full = broadcast_shapes(csh, &[m, n])?;
+            if full != [m, n] {
+                return Err(OpError::invalid(format!("Gemm C {csh:?} does not broadcast to [{m}, {n}]")));
+            }
+            let (cm, cn) = match csh.len() {
+                0 => (1, 1),
+                1 => (1, csh[0]),
+                _ => (csh[csh.len() - 2], csh[csh.len() - 1]),
+            };
+            for i in 0..m {
+                for j in 0..n {
+                    let v = cv[(if cm == 1 { 0 } else { i }) * cn + if cn == 1 { 0 } else { j }];
+                    y[i * n + j] = beta * v;
+                }
+            }
+            accumulate = true;
+        }
+        let am = if self.trans_a { MatRef::transposed(a, m) } else { MatRef::row_major(a, k) };
+        let bm = if self.trans_b { MatRef::transposed(b, k) } else { MatRef::row_major(b, n) };
+        gu::gemm(m, n, k, am, bm, &mut y, n, accumulate, alpha);
+        Ok((y, vec![m, n]))
+    }
+}
+
+impl Kernel for GemmKernel {
+    fn run(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+        let a = input(inputs, 0)?;
+        let b = input(inputs, 1)?;
+        let c = inputs.get(2).copied().flatten();
+        let out = match (a, b) {
+            (Tensor::F32(x), Tensor::F32(y)) => {
+                let cv = match c {
+                    None => None,
+                    Some(Tensor::F32(z)) => Some((contiguous(z), z.shape())),
+                    Some(o) => return Err(OpError::invalid(format!("Gemm C of type {}", o.dtype()))),
+                };
+                let (v, s) = self.typed(
+                    &contiguous(x),
+                    x.shape(),
+                    &contiguous(y),
+                    y.shape(),
+                    cv.as_ref().map(|(d, s)| (&d[..], *s)),
+                    self.alpha,
+                    self.beta,
+                )?;
+                Tensor::F32(shaped(s, v)?)
+            }
+            (Tensor::F64(x), Tensor::F64(y)) => {
+                let cv = match c {
+                    None => None,
+                    Some(Tensor::F64(z)) => Some((contiguous(z), z.shape())),
+                    Some(o) => return Err(OpError::invalid(format!("Gemm C of type {}", o.dtype()))),
+                };
+                let (v, s) = self.typed(
+                    &contiguous(x),
+                    x.shape(),
+                    &contiguous(y),
+                    y.shape(),
+                    cv.as_ref().map(|(d, s)| (&d[..], *s)),
+                    self.alpha as f64,
+                    self.beta as f64,
+                )?;
+                Tensor::F64(shaped(s, v)?)
+            }
+            _ => return Err(OpError::unsupported(format!("Gemm of {} and {}", a.dtype(), b.dtype()))),
+        };
+        Ok(vec![out])
+    }
+}
+
+/// A parsed Einsum equation. Labels are letters; each ellipsis dim gets its own label
+/// above the letters.
+#[derive(Debug, Clone)]
+struct Equation {
+    inputs: Vec<Vec<u32>>,
+    /// Position of the ellipsis in each input term, if any.
+    ellipsis: Vec<Option<usize>>,
+    output: Vec<u32>,
+    out_ellipsis: Option<usize>,
+    explicit: bool,
+}
+
+const ELLIPSIS_BASE: u32 = 1000;
+
+fn label(c: char) -> Result<u32, OpError> {
+    if c.is_ascii_alphabetic() {
+        Ok(c as u32)
+    } else {
+        Err(OpError::invalid(format!("Einsum label '{c}'")))
+    }
+}
+
+fn parse_term(t: &str) -> Result<(Vec<u32>, Option<usize>), OpError> {
+    let mut labels = Vec::new();
+    let mut ell = None;
+    let mut rest = t;
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix("...") {
+            if ell.is_some() {
+                return Err(OpError::invalid(format!("Einsum term '{t}' has two ellipses")));
+            }
+            ell = Some(labels.len());
+            rest = r;
+        } else {
+            let c = rest.chars().next().unwrap_or(' ');
+            labels.push(label(c)?);
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    Ok((labels, ell))
+}
+
+impl Equation {
+    fn parse(eq: &str) -> Result<Equation, OpError> {
+        let eq: String = eq.chars().filter(|c| !c.is_whitespace()).collect();
+        let (lhs, rhs) = match eq.split_once("->") {
+            Some((l, r)) => (l, Some(r)),
+            None => (eq.as_str(), None),
+        };
+        let mut inputs = Vec::new();
+        let mut ellipsis = Vec::new();
+        for t in lhs.split(',') {
+            let (l, e) = parse_term(t)?;
+            inputs.push(l);
+            ellipsis.push(e);
+        }
+        let (output, out_ellipsis, explicit) = match rhs {
+            Some(r) => {
+                let (l, e) = parse_term(r)?;
+                (l, e, true)
+            }
+            None => {
+                let mut count: BTreeMap<u32, usize> = BTreeMap::new();
+                for l in inputs.iter().flatten() {
+                    *count.entry(*l).or_default() += 1;
+                }
+                let out = count.into_iter().filter(|&(_, c)| c == 1).map(|(l, _)| l).collect();
+                let e = ellipsis.iter().any(|e| e.is_some()).then_some(0);
+                (out, e, false)
+            }
+        };
+        Ok(Equation {
+            inputs,
+            ellipsis,
+            output,
+            out_ellipsis,
+            explicit,
+        })
+    }
+
+    /// Full label lists (ellipsis expanded) for inputs of the given ranks, and the
+    /// output labels.
+    fn expand(&self, ranks: &[usize]) -> Result<(Vec<Vec<u32>>, Vec<u32>), OpError> {
+        if ranks.len() != self.inputs.len() {
+            return Err(OpError::invalid(format!(
+                "Einsum equation has {} operands, got {}",
+                self.inputs.len(),
+                ranks.len()
+            )));
+        }
+        let mut ell_rank = 0;
+        let mut full = Vec::new();
+        for (i, (l, e)) in self.inputs.iter().zip(&self.ellipsis).enumerate() {
+            let r = ranks[i];
+            match e {
+                None if r != l.len() => {
+                    return Err(OpError::invalid(format!("Einsum operand {i} of rank {r} for '{l:?}'")));
+                }
+                None => full.push(l.clone()),
+                Some(pos) => {
+                    let er = r
+                        .checked_sub(l.len())
+                        .ok_or_else(|| OpError::invalid(format!("Einsum operand {i} rank {r} too small")))?;
+                    ell_rank = ell_rank.max(er);
+                    let mut v = l[..*pos].to_vec();
+                    // Right-aligned ellipsis labels so they broadcast like numpy.
+                    v.extend((0..er).map(|j| ELLIPSIS_BASE + (j + 64 - er) as u32));
+                    v.extend_from_slice(&l[*pos..]);
+                    full.push(v);
+                }
+            }
+        }
+        let ell_labels: Vec<u32> = (0..ell_rank).map(|j| ELLIPSIS_BASE + (j + 64 - ell_rank) as u32).collect();
+        let out = match self.out_ellipsis {
+            Some(pos) if self.explicit => {
+                let mut v = self.output[..pos].to_vec();
+                v.extend_from_slice(&ell_labels);
+                v.extend_from_slice(&self.output[pos..]);
+                v
+            }
+            Some(_) => {
+                let mut v = ell_labels;
+                v.extend_from_slice(&self.output);
+                v
+            }
+            None => self.output.clone(),
+        };
+        Ok((full, out))
+    }
+}
+
+struct EinsumKernel {
+    eq: Equation,
+}
+
+impl EinsumKernel {
+    fn new(spec: &NodeSpec) -> Result<Self, OpError> {
+        let eq = spec
+            .attrs
+            .string("equation")?
+            .ok_or_else(|| OpError::invalid("Einsum without equation"))?;
+        Ok(EinsumKernel { eq: Equation::parse(&eq)? })
+    }
+}
+
+/// Size of each label, checking consistency (size-1 dims broadcast).
+fn label_sizes(labels: &[Vec<u32>], shapes: &[&[usize]]) -> Result<BTreeMap<u32, usize>, OpError> {
+    let mut sizes: BTreeMap<u32, usize> = BTreeMap::new();
+    for (l, s) in labels.iter().zip(shapes) {
+        for (&lab, &d) in l.iter().zip(s.iter()) {
+            let e = sizes.entry(lab).or_insert(d);
+            if *e == 1 {
+                *e = d;
+            } else if d != 1 && d != *e {
+                return Err(OpError::invalid(format!("Einsum dimension mismatch: {d} vs {e}")));
+            }
+        }
+    }
+    Ok(sizes)
+}
+
+/// Reference Einsum: one loop over every label combination. Exact for any equation.
+fn einsum_loop<T: Scalar>(labels: &[Vec<u32>], out: &[u32], data: &[&[T]], shapes: &[&[usize]]) -> Result<(Vec<T>, Vec<usize>), OpError> {
+    let sizes = label_sizes(labels, shapes)?;
+    for l in out {
+        if !sizes.contains_key(l) {
+            return Err(OpError::invalid("Einsum output label not in any input"));
+        }
+    }
+    let mut all: Vec<u32> = out.to_vec();
+    for l in sizes.keys() {
+        if !all.contains(l) {
+            all.push(*l);
+        }
+    }
+    let dims: Vec<usize> = all.iter().map(|l| sizes[l]).collect();
+    let out_shape: Vec<usize> = out.iter().map(|l| sizes[l]).collect();
+    let out_len: usize = out_shape.iter().product();
+    let sum_len: usize = dims[out.len()..].iter().product();
+    // Per operand, the stride each position in `all` contributes (0 for absent or
+    // broadcast labels; repeated labels add up, which walks diagonals).
+    let op_strides: Vec<Vec<usize>> = labels
+        .iter()
+        .zip(shapes)
+        .map(|(l, s)| {
+            let st = strides(s);
+            all.iter()
+                .map(|a| {
+                    l.iter()
+                        .enumerate()
+                        .filter(|(_, x)| *x == a)
+                        .map(|(k, _)| if s[k] == 1 { 0 } else { st[k] })
+                        .sum()
+                })
+                .collect()
+        })
+        .collect();
+    let mut y = vec![T::zero(); out_len];
+    let mut idx = vec![0usize; all.len()];
+    for v in y.iter_mut() {
+        for _ in 0..sum_len {
+            let mut p = T::one();
+            for (d, st) in data.iter().zip(&op_strides) {
+                let off: usize = idx.iter().zip(st).map(|(i, s)| i * s).sum();
+                p = p * d[off];
+            }
+            *v += p;
+            for k in (out.len()..all.len()).rev() {
+                idx[k] += 1;
+                if idx[k] < dims[k] {
+                    break;
+                }
+                idx[k] = 0;
+            }
+        }
+        for k in (0..out.len()).rev() {
+            idx[k] += 1;
+            if idx[k] < dims[k] {
+                break;
+            }
+            idx[k] = 0;
+        }
+    }
+    Ok((y, out_shape))
+}
+
+fn permute<T: Clone>(data: &[T], shape: &[usize], perm: &[usize]) -> Vec<T> {
+    if perm.iter().enumerate().all(|(i, &p)| i == p) {
+        return data.to_vec();
+    }
+    let v = ArrayViewD::from_shape(IxDyn(shape), data).expect("shape matches data");
+    v.permuted_axes(IxDyn(perm)).iter().cloned().collect()
+}
+
+/// Two-operand Einsum as a batched matmul when no label repeats within a term and
+/// every shared label has the same size in both operands; `None` otherwise.
+fn einsum_pair<T: Scalar>(la: &[u32], lb: &[u32], out: &[u32], a: &[T], ash: &[usize], b: &[T], bsh: &[usize]) -> Result<Option<(Vec<T>, Vec<usize>)>, OpError> {
+    let unique = |l: &[u32]| l.iter().enumerate().all(|(i, x)| !l[..i].contains(x));
+    if !unique(la) || !unique(lb) || !unique(out) {
+        return Ok(None);
+    }
+    let size = |l: &[u32], s: &[usize], x: u32| l.iter().position(|&y| y == x).map(|p| s[p]);
+    // Labels in one operand only and not in the output are summed first.
+    for (l, other) in [(la, lb), (lb, la)] {
+        if l.iter().any(|x| !other.contains(x) && !out.contains(x)) {
+            return Ok(None);
+        }
+    }
+    let mut batch = Vec::new();
+    let mut contract = Vec::new();
+    for &x in la {
+        if lb.contains(&x) {
+            if size(la, ash, x) != size(lb, bsh, x) {
+                return Ok(None);
+            }
+            if out.contains(&x) {
+                batch.push(x);
+            } else {
+                contract.push(x);
+            }
+        }
+    }
+    let left: Vec<u32> = la.iter().copied().filter(|x| !lb.contains(x)).collect();
+    let right: Vec<u32> = lb.iter().copied().filter(|x| !la.contains(x)).collect();
+    if out.iter().any(|x| !la.contains(x) && !lb.contains(x)) {
+        return Err(OpError::invalid("Einsum output label not in any input"));
+    }
+    let pos = |l: &[u32], x: &u32| l.iter().position(|y| y == x).unwrap_or(0);
+    let pa: Vec<usize> = batch.iter().chain(&left).chain(&contract).map(|x| pos(la, x)).collect();
+    let pb: Vec<usize> = batch.iter().chain(&contract).chain(&right).map(|x| pos(lb, x)).collect();
+    let prod = |l: &[u32], s: &[usize], ls: &[u32]| -> usize { ls.iter().map(|x| s[pos(l, x)]).product() };
+    let (nb, m, k, n) = (
+        prod(la, ash, &batch),
+        prod(la, ash, &left),
+        prod(la, ash, &contract),
+        prod(lb, bsh, &right),
+    );
+    let ap = permute(a, ash, &pa);
+    let bp = permute(b, bsh, &pb);
+    let mut mid_shape: Vec<usize> = batch.iter().map(|x| ash[pos(la, x)]).collect();
+    mid_shape.extend(left.iter().map(|x| ash[pos(la, x)]));
+    mid_shape.extend(right.iter().map(|x| bsh[pos(lb, x)]));
+    let (y, _) = matmul_nd(&ap, &[nb, m, k], &bp, &[nb, k, n])?;
+    let mid: Vec<u32> = batch.iter().chain(&left).chain(&right).copied().collect();
+    let perm: Vec<usize> = out.iter().map(|x| pos(&mid, x)).collect();
+    let out_shape: Vec<usize> = perm.iter().map(|&p| mid_shape[p]).collect();
+    Ok(Some((permute(&y, &mid_shape, &perm), out_shape)))
+}
+
+fn einsum_typed<T: Scalar>(eq: &Equation, data: &[&[T]], shapes: &[&[usize]]) -> Result<(Vec<T>, Vec<usize>), OpError> {
+    let ranks: Vec<usize> = shapes.iter().map(|s| s.len()).collect();
+    let (labels, out) = eq.expand(&ranks)?;
+    if data.len() == 2
+        && let Some(r) = einsum_pair(&labels[0], &labels[1], &out, data[0], shapes[0], data[1], shapes[1])?
+    {
+        return Ok(r);
+    }
+    einsum_loop(&labels, &out, data, shapes)
+}
+
+impl Kernel for EinsumKernel {
+    fn run(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+        let ts: Vec<&Tensor> = inputs.iter().map(|t| t.ok_or_else(|| OpError::invalid("missing Einsum input"))).collect::<Result<_, _>>()?;
+        let shapes: Vec<&[usize]> = ts.iter().map(|t| t.shape()).collect();
+        let first = ts.first().ok_or_else(|| OpError::invalid("Einsum without inputs"))?;
+        if ts.iter().any(|t| t.dtype() != first.dtype()) {
+            return Err(OpError::invalid("Einsum inputs of different types"));
+        }
+        macro_rules! via {
+            ($variant:ident, $t:ty, $to:expr, $from:expr) => {{
+                let vals: Vec<Vec<$t>> = ts
+                    .iter()
+                    .map(|t| match t {
+                        Tensor::$variant(a) => a.iter().map($to).collect(),
+                        _ => Vec::new(),
+                    })
+                    .collect();
+                let refs: Vec<&[$t]> = vals.iter().map(|v| v.as_slice()).collect();
+                let (y, s) = einsum_typed(&self.eq, &refs, &shapes)?;
+                Tensor::$variant(shaped(s, y.into_iter().map($from).collect())?)
+            }};
+        }
+        let out = match first {
+            Tensor::F32(_) => via!(F32, f32, |v: &f32| *v, |v| v),
+            Tensor::F64(_) => via!(F64, f64, |v: &f64| *v, |v| v),
+            Tensor::F16(_) => via!(F16, f32, |v: &f16| v.to_f32(), f16::from_f32),
+            Tensor::BF16(_) => via!(BF16, f32, |v: &bf16| v.to_f32(), bf16::from_f32),
+            // Integer Einsum in f64 is exact while sums stay below 2^53.
+            Tensor::I32(_) => via!(I32, f64, |v: &i32| *v as f64, |v: f64| v as i32),
+            Tensor::I64(_) => via!(I64, f64, |v: &i64| *v as f64, |v: f64| v as i64),
+            other => return Err(OpError::unsupported(format!("Einsum on {}", other.dtype()))),
+        };
+        Ok(vec![out])
+    }
 }
