@@ -1,1 +1,35 @@
 //! The model API: load, inspect, edit and save calibrated ONNX models.
+//!
+//! A [`Model`] owns the ONNX protobuf message and an index of its main graph (node
+//! names, producers, consumers, op types). Loading validates the graph (no cycles,
+//! no dangling inputs, every value produced once), names unnamed nodes and sorts
+//! the nodes topologically; nothing else in the message is changed, so a model
+//! that is loaded and saved untouched comes back byte for byte when the input was
+//! canonically encoded. HzCalibration nodes are read through [`CalibrationNode`] and
+//! edited through [`CalibrationNodeMut`], and §5 of HZCALIBRATION.md (which
+//! calibration nodes belong to which regular node) lives in [`find_input_calibration`]
+//! and its siblings.
+
+mod calibration;
+mod constant;
+mod error;
+mod model;
+mod qtype;
+mod search;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use calibration::{
+    CALIBRATION_DOMAIN, CALIBRATION_OP, CalibrationInsert, CalibrationNode, CalibrationNodeMut,
+    CalibrationSpec, is_calibration_node,
+};
+pub use error::IrError;
+pub use model::{
+    Dim, Model, NodeId, ValueType, load_model, load_model_from_bytes, model_to_bytes, save_model,
+    write_atomic,
+};
+pub use qtype::{QType, TensorType};
+pub use search::{
+    SKIPPABLE_OPS, consumer_label, find_input_calibration, find_output_calibration,
+    input_calibrations, is_quantized, is_skippable, quantized_consumers, quantized_nodes,
+};

@@ -1,0 +1,62 @@
+//! The errors of loading, validating, editing and saving a model.
+
+use hmct_tensor::TensorError;
+
+/// What went wrong, naming the model (`file`: its path, or `<memory>` for bytes) and
+/// the node or value involved.
+#[derive(Debug, thiserror::Error)]
+pub enum IrError {
+    #[error("{file}: {source}")]
+    Io {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{file}: not an ONNX model, or a truncated one ({source})")]
+    Decode {
+        file: String,
+        #[source]
+        source: prost::DecodeError,
+    },
+    #[error("{file}: not an ONNX model: {message}")]
+    NotOnnx { file: String, message: String },
+    #[error("{file}: the graph has a cycle through {}", .nodes.join(", "))]
+    Cycle { file: String, nodes: Vec<String> },
+    #[error(
+        "{file}: input '{value}' of node '{node}' is not produced by any node, initializer or graph input"
+    )]
+    DanglingInput {
+        file: String,
+        node: String,
+        value: String,
+    },
+    #[error(
+        "{file}: graph output '{value}' is not produced by any node, initializer or graph input"
+    )]
+    DanglingOutput { file: String, value: String },
+    #[error("{file}: value '{value}' is produced more than once (by {})", .producers.join(", "))]
+    DuplicateOutput {
+        file: String,
+        value: String,
+        producers: Vec<String>,
+    },
+    #[error("{file}: no node named '{name}'")]
+    UnknownNode { file: String, name: String },
+    #[error("{file}: node '{node}' is not an HzCalibration node")]
+    NotCalibration { file: String, node: String },
+    #[error("calibration node '{node}': {message}")]
+    InvalidCalibration { node: String, message: String },
+    #[error("{file}: value '{value}': {source}")]
+    Tensor {
+        file: String,
+        value: String,
+        #[source]
+        source: TensorError,
+    },
+    #[error("{file}: Constant node '{node}': {message}")]
+    InvalidConstant {
+        file: String,
+        node: String,
+        message: String,
+    },
+}

@@ -1,0 +1,134 @@
+//! Helpers for tests of this and other crates (feature `testing`): where the shared
+//! test material lives, and a stand-in calibration that inserts HzCalibration nodes
+//! with simple thresholds until the real `calibrate` exists.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use crate::{CalibrationInsert, CalibrationSpec, IrError, Model, NodeId, QType, TensorType};
+
+/// `../shared` of the repository (models, specs, conformance cases), if present.
+pub fn shared_dir() -> Option<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared");
+    dir.is_dir().then_some(dir)
+}
+
+/// Inserts int8 calibration nodes on every Conv: one activation node (per-tensor,
+/// threshold `activation_threshold`) on each distinct data input, and one weight
+/// node on each constant weight, per output channel (axis 0) with the channel's
+/// largest absolute weight as threshold, `group` copied from the Conv. Readers of a
+/// value share its node. Nodes are named `<input>_HzCalibration`.
+pub fn calibrate_for_tests(model: Model, activation_threshold: f32) -> Result<Model, IrError> {
+    struct Found {
+        weight: bool,
+        group: i64,
+        consumers: Vec<(NodeId, usize)>,
+    }
+    // Values in the order they are first met, so the result does not depend on hashing.
+    let mut order: Vec<String> = Vec::new();
+    let mut found: BTreeMap<String, Found> = BTreeMap::new();
+    for &id in model.nodes_of_type("Conv") {
+        let node = model.node(id);
+        let group = node
+            .attribute
+            .iter()
+            .find(|a| a.name() == "group")
+            .and_then(|a| a.i)
+            .unwrap_or(1);
+        for (i, value) in node.input.iter().enumerate().take(2) {
+            let weight = model.is_constant(value);
+            if value.is_empty() || weight != (i == 1) {
+                continue;
+            }
+            let entry = found.entry(value.clone()).or_insert_with(|| {
+                order.push(value.clone());
+                Found {
+                    weight,
+                    group,
+                    consumers: Vec::new(),
+                }
+            });
+            entry.consumers.push((id, i));
+        }
+    }
+    let mut inserts = Vec::new();
+    for value in order {
+        let Found {
+            weight,
+            group,
+            consumers,
+        } = found.remove(&value).expect("recorded above");
+        let (thresholds, axis, group, tensor_type) = if weight {
+            (
+                channel_max_abs(&model, &value)?,
+                Some(0),
+                Some(group),
+                TensorType::Weight,
+            )
+        } else {
+            (vec![activation_threshold], None, None, TensorType::Feature)
+        };
+        let name = free_name(&model, &format!("{value}_HzCalibration"));
+        inserts.push(CalibrationInsert {
+            spec: CalibrationSpec {
+                output: format!("{name}_output"),
+                name,
+                input: value,
+                tensor_type,
+                qtype: QType::INT8,
+                thresholds,
+                axis,
+                group,
+                constant: 1,
+                switch_on: true,
+            },
+            consumers,
+        });
+    }
+    model.insert_calibrations(inserts)
+}
+
+/// `../shared/models/mtcnn_pnet/pnet.onnx` passed through [`calibrate_for_tests`]
+/// (activation threshold 4.0); None when the shared folder is absent.
+pub fn calibrated_pnet() -> Result<Option<Model>, IrError> {
+    let Some(shared) = shared_dir() else {
+        return Ok(None);
+    };
+    let model = crate::load_model(shared.join("models/mtcnn_pnet/pnet.onnx"))?;
+    calibrate_for_tests(model, 4.0).map(Some)
+}
+
+/// Largest |w| per slice along axis 0 (a tiny positive value for all-zero slices,
+/// since a zero threshold is invalid).
+fn channel_max_abs(model: &Model, value: &str) -> Result<Vec<f32>, IrError> {
+    let invalid = |message: String| IrError::InvalidCalibration {
+        node: format!("{value}_HzCalibration"),
+        message,
+    };
+    let tensor = model
+        .constant_tensor(value)?
+        .ok_or_else(|| invalid("weight is not a constant".into()))?;
+    let data = tensor
+        .to_f64_vec()
+        .ok_or_else(|| invalid(format!("weight of type {} is not numeric", tensor.dtype())))?;
+    let channels = tensor.shape().first().copied().unwrap_or(1).max(1);
+    let per = data.len() / channels;
+    Ok((0..channels)
+        .map(|c| {
+            let m = data[c * per..(c + 1) * per]
+                .iter()
+                .fold(0f64, |m, v| m.max(v.abs()));
+            (m as f32).max(1e-6)
+        })
+        .collect())
+}
+
+fn free_name(model: &Model, base: &str) -> String {
+    std::iter::once(base.to_string())
+        .chain((1..).map(|k| format!("{base}_{k}")))
+        .find(|n| {
+            !model.node_mappings().contains_key(n)
+                && model.producer(&format!("{n}_output")).is_none()
+        })
+        .expect("an unbounded sequence has a free name")
+}
