@@ -5,10 +5,12 @@
 //! A [`Tensor`] is an enum of `ndarray::ArrayD` per element type. Arrays built here are
 //! always in standard (row-major, contiguous) layout, so kernels can take slices.
 
+mod dataset;
 mod dtype;
 mod npy;
 mod proto;
 
+pub use dataset::{Dataset, InputSpec, sanitize_name};
 pub use dtype::DType;
 pub use half::{bf16, f16};
 pub use ndarray;
