@@ -8,9 +8,11 @@
 
 pub mod exec;
 pub mod fake_quant;
+pub mod model;
 pub mod ops;
 pub mod plan;
 
 pub use exec::{Base, Capture, Config, Override, RunError, Session, Values};
 pub use fake_quant::FakeQuant;
+pub use model::{fake_quant_for, plan_model};
 pub use plan::{CalibrationSetting, Plan, PlanError, PlanOptions, Slot};
