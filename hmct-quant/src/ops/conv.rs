@@ -252,14 +252,6 @@ fn shaped<T>(shape: Vec<usize>, data: Vec<T>) -> Result<ArrayD<T>, OpError> {
     ArrayD::from_shape_vec(IxDyn(&shape), data).map_err(|e| OpError::invalid(e.to_string()))
 }
 
-/// Element-wise `y += w * x` over equal-length rows, compiled for AVX2 when present.
-#[multiversion::multiversion(targets("x86_64+avx2+fma"))]
-fn axpy<T: Scalar>(y: &mut [T], x: &[T], w: T) {
-    for (o, &i) in y.iter_mut().zip(x) {
-        *o += w * i;
-    }
-}
-
 struct ConvKernel {
     attrs: WindowAttrs,
     group: usize,
@@ -363,8 +355,13 @@ impl Kernel for ConvKernel {
     }
 }
 
-/// Target size of one im2col block, in elements: about 1 MiB of f32.
-const COL_BLOCK: usize = 1 << 18;
+/// Output columns per GEMM task for im2col convs, and the cap on the im2col buffer
+/// (elements); columns per task for pointwise convs; output channels per task for
+/// pointwise convs with many channels. Fixed, so results never depend on threads.
+const IM2COL_COLS: usize = 768;
+const IM2COL_MAX: usize = 1 << 20;
+const POINTWISE_COLS: usize = 1024;
+const M_BLOCK: usize = 64;
 
 /// Conv forward on row-major data. Returns the output and its shape.
 pub(crate) fn conv_nd<T: Scalar>(
@@ -424,19 +421,31 @@ pub(crate) fn conv_nd<T: Scalar>(
     } else {
         (g3.out[2], g3.out[0] * g3.out[1])
     };
-    let rows_per_task = (COL_BLOCK / (kdim.max(1) * row_len)).clamp(1, rows);
-    let rows_per_task = if pointwise { rows_per_task.max(256).min(rows) } else { rows_per_task };
+    // GEMMs of a few hundred columns run fastest here (B stays in cache); the im2col
+    // buffer is also capped in size.
+    let target_cols = if pointwise {
+        POINTWISE_COLS
+    } else {
+        IM2COL_COLS.min((IM2COL_MAX / kdim.max(1)).max(row_len))
+    };
+    let rows_per_task = (target_cols / row_len).clamp(1, rows);
     let chunks = rows.div_ceil(rows_per_task);
+    // Pointwise convs with many output channels also split channels (no im2col to
+    // repeat), so small feature maps still give parallel work.
+    let m_block = if pointwise && mg > 2 * M_BLOCK { M_BLOCK } else { mg };
+    let m_chunks = mg.div_ceil(m_block);
     let yp = SendPtr(y.as_mut_ptr());
     let run_task = |buf: &mut Vec<T>, t: usize| {
         let chunk = t % chunks;
-        let bg = t / chunks;
+        let mc = (t / chunks) % m_chunks;
+        let bg = t / chunks / m_chunks;
         let (b, g) = (bg / group, bg % group);
+        let (m0, mb) = (mc * m_block, m_block.min(mg - mc * m_block));
         let r0 = chunk * rows_per_task;
         let r1 = (r0 + rows_per_task).min(rows);
         let cols = (r1 - r0) * row_len;
         let xg = &x[(b * c + g * cg) * in_vol..][..cg * in_vol];
-        let wg = MatRef::row_major(&w[g * mg * kdim..][..mg * kdim], kdim);
+        let wg = MatRef::row_major(&w[(g * mg + m0) * kdim..][..mb * kdim], kdim);
         let bmat = if pointwise {
             MatRef {
                 data: &xg[r0..],
@@ -449,15 +458,15 @@ pub(crate) fn conv_nd<T: Scalar>(
             MatRef::row_major(&buf[..], cols)
         };
         let yp = yp;
-        // SAFETY: task (b, g, chunk) writes rows [g*mg, (g+1)*mg) × columns
-        // [r0*row_len, r1*row_len) of image b: disjoint from every other task, and in
-        // bounds of `y` (n*m*out_vol elements).
+        // SAFETY: task (b, g, mc, chunk) writes rows [g*mg + m0, g*mg + m0 + mb) ×
+        // columns [r0*row_len, r1*row_len) of image b: disjoint from every other task,
+        // and in bounds of `y` (n*m*out_vol elements).
         unsafe {
-            let dst = yp.0.add((b * m + g * mg) * out_vol + r0 * row_len);
-            gu::gemm_raw(mg, cols, kdim, wg, bmat, dst, out_vol, accumulate, T::one());
+            let dst = yp.0.add((b * m + g * mg + m0) * out_vol + r0 * row_len);
+            gu::gemm_raw(mb, cols, kdim, wg, bmat, dst, out_vol, accumulate, T::one());
         }
     };
-    let tasks = n * group * chunks;
+    let tasks = n * group * m_chunks * chunks;
     let work = n * m * out_vol * kdim;
     if tasks == 1 || work < (1 << 20) {
         let mut buf = Vec::new();
@@ -520,47 +529,71 @@ fn im2col<T: Scalar>(x: &[T], cg: usize, g: &Win3, r0: usize, r1: usize, col: &m
 /// one parallel task that adds every kernel tap's contribution row by row.
 fn depthwise<T: Scalar>(x: &[T], w: &[T], y: &mut [T], g: &Win3, m: usize, mg: usize) {
     let (in_vol, out_vol, k_vol) = (g.in_vol(), g.out_vol(), g.k_vol());
+    let c = m / mg;
+    let plane = |buf: &mut Vec<T>, (i, out): (usize, &mut [T])| {
+        let (b, mo) = (i / m, i % m);
+        let xc = &x[(b * c + mo / mg) * in_vol..][..in_vol];
+        dw_plane(xc, &w[mo * k_vol..][..k_vol], out, g, buf);
+    };
+    if y.len() * k_vol < (1 << 18) {
+        let mut buf = Vec::new();
+        y.chunks_mut(out_vol).enumerate().for_each(|p| plane(&mut buf, p));
+    } else {
+        y.par_chunks_mut(out_vol).enumerate().for_each_init(Vec::new, plane);
+    }
+}
+
+/// One depthwise output plane. A width stride `s > 1` first splits the input plane into
+/// `s` phase planes (columns `p, p + s, ...`), so every tap is a contiguous `y += w·x`
+/// over an output row; the whole function is compiled for AVX2 when available.
+#[multiversion::multiversion(targets("x86_64+avx2+fma"))]
+fn dw_plane<T: Scalar>(xc: &[T], wk: &[T], out: &mut [T], g: &Win3, phases: &mut Vec<T>) {
     let [_, ih, iw] = g.input;
     let [od_n, oh_n, ow_n] = g.out;
     let [kd, kh, kw] = g.kernel;
-    let c = m / mg;
-    let plane = |(i, out): (usize, &mut [T])| {
-        let (b, mo) = (i / m, i % m);
-        let xc = &x[(b * c + mo / mg) * in_vol..][..in_vol];
-        let wk = &w[mo * k_vol..][..k_vol];
-        for od in 0..od_n {
-            for oh in 0..oh_n {
-                let orow = &mut out[(od * oh_n + oh) * ow_n..][..ow_n];
-                for a in 0..kd {
-                    let Some(id) = g.src(0, od, a) else { continue };
-                    for bb in 0..kh {
-                        let Some(ihh) = g.src(1, oh, bb) else { continue };
-                        let irow = &xc[(id * ih + ihh) * iw..][..iw];
-                        for cc in 0..kw {
-                            let wv = wk[(a * kh + bb) * kw + cc];
-                            let (lo, hi, off) = g.inner_range(cc);
-                            if lo >= hi {
-                                continue;
-                            }
-                            if g.stride[2] == 1 {
-                                let s0 = (lo as isize + off) as usize;
-                                axpy(&mut orow[lo..hi], &irow[s0..s0 + (hi - lo)], wv);
-                            } else {
-                                let s = g.stride[2];
-                                for (o, v) in (lo..hi).zip(orow[lo..hi].iter_mut()) {
-                                    *v += wv * irow[((o * s) as isize + off) as usize];
-                                }
-                            }
+    let s = g.stride[2];
+    let pw = iw.div_ceil(s);
+    let src: &[T] = if s == 1 {
+        xc
+    } else {
+        phases.clear();
+        phases.resize(s * xc.len().div_ceil(iw) * pw, T::zero());
+        let rows = xc.len() / iw;
+        for r in 0..rows {
+            let row = &xc[r * iw..][..iw];
+            for (col, &v) in row.iter().enumerate() {
+                phases[((col % s) * rows + r) * pw + col / s] = v;
+            }
+        }
+        &phases[..]
+    };
+    let rows_total = xc.len() / iw.max(1);
+    for od in 0..od_n {
+        for oh in 0..oh_n {
+            let orow = &mut out[(od * oh_n + oh) * ow_n..][..ow_n];
+            for a in 0..kd {
+                let Some(id) = g.src(0, od, a) else { continue };
+                for bb in 0..kh {
+                    let Some(ihh) = g.src(1, oh, bb) else { continue };
+                    let r = id * ih + ihh;
+                    for cc in 0..kw {
+                        let wv = wk[(a * kh + bb) * kw + cc];
+                        let (lo, hi, off) = g.inner_range(cc);
+                        if lo >= hi {
+                            continue;
+                        }
+                        // Source column of output `lo` and its place in the phase plane.
+                        let q = (lo * s) as isize + off;
+                        let (phase, idx) = ((q as usize) % s, (q as usize) / s);
+                        let irow = &src[(phase * rows_total + r) * if s == 1 { iw } else { pw }..];
+                        let irow = &irow[idx..idx + (hi - lo)];
+                        for (o, &v) in orow[lo..hi].iter_mut().zip(irow) {
+                            *o += wv * v;
                         }
                     }
                 }
             }
         }
-    };
-    if y.len() * k_vol < (1 << 18) {
-        y.chunks_mut(out_vol).enumerate().for_each(plane);
-    } else {
-        y.par_chunks_mut(out_vol).enumerate().for_each(plane);
     }
 }
 

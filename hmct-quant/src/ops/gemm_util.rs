@@ -54,7 +54,7 @@ impl<'a, T> MatRef<'a, T> {
 /// Work (multiply-adds) below which a product runs on the calling thread.
 const PAR_WORK: usize = 1 << 21;
 /// Tile edges of parallel products. Fixed so results do not depend on thread count.
-const TILE_M: usize = 128;
+const TILE_M: usize = 256;
 const TILE_N: usize = 256;
 
 /// `c[i * ldc + j] = (c[i * ldc + j] if accumulate) + alpha * sum_k a(i, k) b(k, j)`

@@ -395,6 +395,17 @@ fn resize_axis<T: Sample>(x: &[T], outer: usize, in_w: usize, inner: usize, taps
     let ext = T::from_f64(extrapolation);
     let block = |(o, yo): (usize, &mut [T])| {
         let xo = &x[o * in_w * inner..][..in_w * inner];
+        if inner == 1 {
+            // Resizing the last axis: one element per tap, no row copies.
+            for (v, t) in yo.iter_mut().zip(taps) {
+                *v = match t {
+                    Taps::One(i) => xo[*i],
+                    Taps::Extrapolate => ext,
+                    Taps::Many(ts) => T::weighted(ts, |i| xo[i]),
+                };
+            }
+            return;
+        }
         for (j, t) in taps.iter().enumerate() {
             let row = &mut yo[j * inner..][..inner];
             match t {

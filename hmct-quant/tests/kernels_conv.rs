@@ -1,0 +1,182 @@
+//! Conv kernels against a naive reference on random shapes (dense, grouped, depthwise,
+//! pointwise; strides, dilations, pads), and bit-identical results for 1 and 3 threads.
+
+use hmct_proto::onnx::AttributeProto;
+use hmct_proto::onnx::attribute_proto::AttributeType;
+use hmct_quant::ops::{Attrs, NodeSpec, build_kernel};
+use hmct_tensor::Tensor;
+use proptest::prelude::*;
+
+fn ints(name: &str, v: &[i64]) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Ints as i32),
+        ints: v.to_vec(),
+        ..Default::default()
+    }
+}
+
+fn int(name: &str, v: i64) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Int as i32),
+        i: Some(v),
+        ..Default::default()
+    }
+}
+
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    n: usize,
+    cg: usize,
+    group: usize,
+    mg: usize,
+    h: usize,
+    w: usize,
+    k: [usize; 2],
+    s: [usize; 2],
+    d: [usize; 2],
+    p: [usize; 4],
+}
+
+/// Direct 2-D convolution in f64.
+fn reference(c: &Case, x: &[f32], wt: &[f32], b: &[f32]) -> (Vec<f32>, Vec<usize>) {
+    let (ci, m) = (c.cg * c.group, c.mg * c.group);
+    let oh = (c.h + c.p[0] + c.p[2] - ((c.k[0] - 1) * c.d[0] + 1)) / c.s[0] + 1;
+    let ow = (c.w + c.p[1] + c.p[3] - ((c.k[1] - 1) * c.d[1] + 1)) / c.s[1] + 1;
+    let mut y = vec![0f32; c.n * m * oh * ow];
+    for n in 0..c.n {
+        for mo in 0..m {
+            let g = mo / c.mg;
+            for i in 0..oh {
+                for j in 0..ow {
+                    let mut acc = b[mo] as f64;
+                    for cc in 0..c.cg {
+                        let ch = g * c.cg + cc;
+                        for a in 0..c.k[0] {
+                            for bb in 0..c.k[1] {
+                                let yy = (i * c.s[0] + a * c.d[0]) as isize - c.p[0] as isize;
+                                let xx = (j * c.s[1] + bb * c.d[1]) as isize - c.p[1] as isize;
+                                if yy < 0 || xx < 0 || yy >= c.h as isize || xx >= c.w as isize {
+                                    continue;
+                                }
+                                let xv = x[((n * ci + ch) * c.h + yy as usize) * c.w + xx as usize];
+                                let wv = wt[((mo * c.cg + cc) * c.k[0] + a) * c.k[1] + bb];
+                                acc += xv as f64 * wv as f64;
+                            }
+                        }
+                    }
+                    y[((n * m + mo) * oh + i) * ow + j] = acc as f32;
+                }
+            }
+        }
+    }
+    (y, vec![c.n, m, oh, ow])
+}
+
+fn run_conv(c: &Case, x: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
+    let attrs = vec![
+        ints("strides", &[c.s[0] as i64, c.s[1] as i64]),
+        ints("dilations", &[c.d[0] as i64, c.d[1] as i64]),
+        ints("pads", &c.p.map(|v| v as i64)),
+        int("group", c.group as i64),
+    ];
+    let present = [true; 3];
+    let consts = [None; 3];
+    let spec = NodeSpec {
+        name: "conv",
+        op_type: "Conv",
+        domain: "",
+        opset: 13,
+        attrs: Attrs::new(&attrs),
+        num_inputs: 3,
+        inputs_present: &present,
+        num_outputs: 1,
+        const_inputs: &consts,
+    };
+    let k = build_kernel(&spec).unwrap();
+    k.run(&[Some(x), Some(w), Some(b)]).unwrap().remove(0)
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    (
+        1usize..3,
+        prop_oneof![Just(1usize), 1usize..6],
+        1usize..4,
+        1usize..4,
+        3usize..20,
+        3usize..20,
+        (1usize..4, 1usize..4),
+        (1usize..3, 1usize..3),
+        (1usize..3, 1usize..3),
+        (0usize..3, 0usize..3, 0usize..3, 0usize..3),
+    )
+        .prop_map(|(n, cg, group, mg, h, w, k, s, d, p)| Case {
+            n,
+            cg,
+            group,
+            mg,
+            h,
+            w,
+            k: [k.0, k.1],
+            s: [s.0, s.1],
+            d: [d.0, d.1],
+            p: [p.0, p.1, p.2, p.3],
+        })
+        .prop_filter("window fits", |c| {
+            c.h + c.p[0] + c.p[2] > (c.k[0] - 1) * c.d[0] && c.w + c.p[1] + c.p[3] > (c.k[1] - 1) * c.d[1]
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(120))]
+    #[test]
+    fn conv_matches_reference(c in case()) {
+        let (ci, m) = (c.cg * c.group, c.mg * c.group);
+        let xv = values(c.n * ci * c.h * c.w, 1);
+        let wv = values(m * c.cg * c.k[0] * c.k[1], 2);
+        let bv = values(m, 3);
+        let x = Tensor::from_f32(&[c.n, ci, c.h, c.w], xv.clone()).unwrap();
+        let w = Tensor::from_f32(&[m, c.cg, c.k[0], c.k[1]], wv.clone()).unwrap();
+        let b = Tensor::from_f32(&[m], bv.clone()).unwrap();
+        let got = run_conv(&c, &x, &w, &b);
+        let (want, shape) = reference(&c, &xv, &wv, &bv);
+        prop_assert_eq!(got.shape(), shape.as_slice());
+        for (g, r) in got.as_f32().unwrap().iter().zip(&want) {
+            prop_assert!((g - r).abs() <= 1e-4 * (1.0 + r.abs()), "{} vs {}", g, r);
+        }
+    }
+}
+
+#[test]
+fn conv_is_thread_count_independent() {
+    let shapes = [
+        // dense 3x3, pointwise with many channels, depthwise stride 2
+        Case { n: 1, cg: 32, group: 1, mg: 48, h: 70, w: 90, k: [3, 3], s: [1, 1], d: [1, 1], p: [1, 1, 1, 1] },
+        Case { n: 1, cg: 200, group: 1, mg: 300, h: 20, w: 20, k: [1, 1], s: [1, 1], d: [1, 1], p: [0, 0, 0, 0] },
+        Case { n: 2, cg: 1, group: 64, mg: 1, h: 80, w: 80, k: [5, 5], s: [2, 2], d: [1, 1], p: [2, 2, 2, 2] },
+    ];
+    for c in shapes {
+        let (ci, m) = (c.cg * c.group, c.mg * c.group);
+        let x = Tensor::from_f32(&[c.n, ci, c.h, c.w], values(c.n * ci * c.h * c.w, 4)).unwrap();
+        let w = Tensor::from_f32(&[m, c.cg, c.k[0], c.k[1]], values(m * c.cg * c.k[0] * c.k[1], 5)).unwrap();
+        let b = Tensor::from_f32(&[m], values(m, 6)).unwrap();
+        let run = |threads| {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            pool.install(|| run_conv(&c, &x, &w, &b))
+        };
+        let (one, three) = (run(1), run(3));
+        let bits = |t: &Tensor| t.as_f32().unwrap().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&one), bits(&three), "{c:?}");
+    }
+}
