@@ -1,2 +1,60 @@
-//! Developer tasks (`cargo xtask help`).
-fn main() {}
+//! Developer tasks: `cargo xtask <task>` (see `cargo xtask --help`).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+mod bench_ort;
+
+#[derive(Parser)]
+#[command(name = "xtask", about = "hmct-rs developer tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Time our interpreter against onnxruntime on the same models and inputs.
+    BenchOrt {
+        /// Models to time (default: every model of ../shared/models).
+        models: Vec<PathBuf>,
+        /// Timed runs per side.
+        #[arg(long, default_value_t = 15)]
+        runs: usize,
+        /// Thread counts to compare at.
+        #[arg(long, value_delimiter = ',', default_value = "1,2")]
+        threads: Vec<usize>,
+    },
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask sits in the repository").to_path_buf()
+}
+
+fn shared_models(root: &Path) -> Result<Vec<PathBuf>> {
+    let dir = root.join("../shared/models");
+    let mut models = Vec::new();
+    for e in std::fs::read_dir(&dir)?.flatten() {
+        if let Some(m) = std::fs::read_dir(e.path())?
+            .flatten()
+            .map(|f| f.path())
+            .find(|p| p.extension().is_some_and(|x| x == "onnx"))
+        {
+            models.push(m);
+        }
+    }
+    models.sort();
+    Ok(models)
+}
+
+fn main() -> Result<()> {
+    let root = repo_root();
+    match Cli::parse().task {
+        Task::BenchOrt { models, runs, threads } => {
+            let models = if models.is_empty() { shared_models(&root)? } else { models };
+            bench_ort::run(&root, &bench_ort::Options { models, runs, threads })
+        }
+    }
+}

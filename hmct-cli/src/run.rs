@@ -1,0 +1,100 @@
+//! `hmct-debugger run`: runs a model on every sample of a calibration-data folder and
+//! writes its outputs as `.npy` files.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use hmct_quant::{Config, Session, plan_model};
+use hmct_tensor::{Dataset, InputSpec, Tensor, sanitize_name, write_npy};
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The (calibrated) ONNX model.
+    pub model: PathBuf,
+    /// Calibration-data folder: one sub-folder per input with 0.npy, 1.npy, ...
+    pub data: PathBuf,
+    /// Write outputs to OUTDIR/<output name>/<sample>.npy.
+    #[arg(short = 'o', long = "output-dir", visible_alias = "output_dir")]
+    pub output_dir: Option<PathBuf>,
+    /// Run the float model (every calibration node OFF).
+    #[arg(long, conflicts_with = "calibrated")]
+    pub float: bool,
+    /// Run the calibrated model as written (the default).
+    #[arg(long)]
+    pub calibrated: bool,
+    /// Worker threads (0 = all cores).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Run each sample this many times and print the median time per run.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub repeat: u32,
+}
+
+pub fn run(args: &RunArgs) -> Result<()> {
+    let model = hmct_ir::load_model(&args.model)?;
+    let plan = plan_model(&model).with_context(|| args.model.display().to_string())?;
+    let session = Session::new(plan, args.threads)?;
+    let specs: Vec<InputSpec> = session
+        .plan()
+        .inputs()
+        .iter()
+        .map(|i| InputSpec {
+            name: i.name.clone(),
+            dtype: i.dtype,
+            dims: i.dims.clone(),
+        })
+        .collect();
+    let data = Dataset::open(&args.data, &specs)?;
+    let config = if args.float { Config::float() } else { Config::calibrated() };
+    let output_names: Vec<String> = session.plan().output_names().iter().map(|s| s.to_string()).collect();
+
+    if let Some(dir) = &args.output_dir {
+        for name in &output_names {
+            let sub = dir.join(sanitize_name(name));
+            std::fs::create_dir_all(&sub).with_context(|| format!("{}: cannot create folder", sub.display()))?;
+        }
+    }
+
+    let mut times: Vec<Duration> = Vec::new();
+    for sample in 0..data.len() {
+        let inputs = data.sample(sample)?;
+        let refs: Vec<(&str, Tensor)> = inputs.into_iter().map(|(n, t)| (specs_name(&specs, &n), t)).collect();
+        let mut outputs = Vec::new();
+        for _ in 0..args.repeat {
+            let start = Instant::now();
+            outputs = session.run(&refs, &config)?;
+            times.push(start.elapsed());
+        }
+        if let Some(dir) = &args.output_dir {
+            for (name, t) in output_names.iter().zip(&outputs) {
+                let path = dir.join(sanitize_name(name)).join(format!("{sample}.npy"));
+                write_npy(&path, t)?;
+            }
+        }
+    }
+    if data.is_empty() {
+        bail!("{}: no samples", args.data.display());
+    }
+    times.sort();
+    let median = times[times.len() / 2];
+    println!(
+        "ran {} model on {} sample(s), {} output(s), {} thread(s)",
+        if args.float { "the float" } else { "the calibrated" },
+        data.len(),
+        output_names.len(),
+        session.threads()
+    );
+    if args.repeat > 1 {
+        println!("median time per run: {:.3} ms over {} runs", median.as_secs_f64() * 1e3, times.len());
+    }
+    if let Some(dir) = &args.output_dir {
+        println!("outputs written to {}", dir.display());
+    }
+    Ok(())
+}
+
+fn specs_name<'a>(specs: &'a [InputSpec], name: &str) -> &'a str {
+    specs.iter().find(|s| s.name == name).map(|s| s.name.as_str()).unwrap_or("")
+}
