@@ -39,7 +39,12 @@ fn check(path: &Path) -> bool {
     assert_eq!(orig_nodes.len(), new_nodes.len(), "{}", path.display());
     let mut names = std::collections::HashSet::new();
     for (i, (o, n)) in orig_nodes.iter().zip(new_nodes).enumerate() {
-        assert!(names.insert(n.name().to_string()), "{}: duplicate {}", path.display(), n.name());
+        assert!(
+            names.insert(n.name().to_string()),
+            "{}: duplicate {}",
+            path.display(),
+            n.name()
+        );
         if o.name().is_empty() {
             let suffix = n.name().strip_prefix(&format!("{}_", o.op_type()));
             assert!(
@@ -62,11 +67,19 @@ fn check(path: &Path) -> bool {
     // message: byte-identical to the file when no name had to be added.
     let canonical = original.encode_to_vec() == bytes;
     if canonical {
-        assert!(saved == expected.encode_to_vec(), "{}: bytes differ", path.display());
+        assert!(
+            saved == expected.encode_to_vec(),
+            "{}: bytes differ",
+            path.display()
+        );
     }
     // Saving is idempotent: a saved model loads and saves to the same bytes.
     let again = hmct_ir::load_model_from_bytes(&saved).unwrap();
-    assert!(model_to_bytes(&again) == saved, "{}: second save differs", path.display());
+    assert!(
+        model_to_bytes(&again) == saved,
+        "{}: second save differs",
+        path.display()
+    );
     canonical && orig_nodes.iter().all(|n| !n.name().is_empty())
 }
 
@@ -104,7 +117,14 @@ fn conformance_models_round_trip() {
     };
     let mut files = Vec::new();
     onnx_files(&shared.join("onnx-node-tests"), &mut files);
-    assert!(files.len() > 2000, "only {} conformance models", files.len());
+    assert!(
+        files.len() > 2000,
+        "only {} conformance models",
+        files.len()
+    );
     let identical: usize = files.iter().map(|f| check(f) as usize).sum();
-    eprintln!("{} conformance models round-tripped, {identical} byte-identical as files", files.len());
+    eprintln!(
+        "{} conformance models round-tripped, {identical} byte-identical as files",
+        files.len()
+    );
 }

@@ -3,8 +3,8 @@
 
 use hmct_ir::{CalibrationSpec, QType, TensorType};
 use hmct_proto::onnx::{
-    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
-    TypeProto, ValueInfoProto, attribute_proto::AttributeType, tensor_shape_proto, type_proto,
+    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TypeProto,
+    ValueInfoProto, attribute_proto::AttributeType, tensor_shape_proto, type_proto,
 };
 
 pub fn node(name: &str, op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
