@@ -5,7 +5,9 @@ use std::path::Path;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::draw::{self, Axes, CategoryPlan, LegendEntry, LineKind, Margins, Marker, Scale, Swatch};
+use crate::draw::{
+    self, Axes, CategoryPlan, LegendEntry, LineKind, Margins, Marker, Scale, Swatch,
+};
 use crate::error::PlotError;
 use crate::figure::{Figure, Format, RenderInfo, Rgb, Scene, render};
 
@@ -75,7 +77,9 @@ impl BoxStats {
         let mut sorted: Vec<f32> = values.iter().copied().filter(|v| v.is_finite()).collect();
         let non_finite = values.len() - sorted.len();
         if sorted.is_empty() {
-            return Err(PlotError::NoFiniteData("every value is NaN or infinite".into()));
+            return Err(PlotError::NoFiniteData(
+                "every value is NaN or infinite".into(),
+            ));
         }
         sorted.sort_unstable_by(f32::total_cmp);
         let q1 = quantile(&sorted, 0.25);
@@ -251,7 +255,9 @@ impl<'a> BoxScene<'a> {
             .map(|b| b.outliers.iter().filter(|v| !v.is_finite()).count())
             .sum();
         if bad_boxes > 0 {
-            notes.push(format!("{bad_boxes} boxes with non-finite statistics not drawn"));
+            notes.push(format!(
+                "{bad_boxes} boxes with non-finite statistics not drawn"
+            ));
         }
         if bad_outliers > 0 {
             notes.push(format!("{bad_outliers} non-finite outliers not drawn"));
@@ -269,13 +275,18 @@ impl<'a> BoxScene<'a> {
         let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
         for b in spec.boxes.iter().filter(|b| b.is_finite()) {
             let finite_outliers = b.outliers.iter().copied().filter(|v| v.is_finite());
-            for v in [b.whisker_low, b.whisker_high, b.mean].into_iter().chain(finite_outliers) {
+            for v in [b.whisker_low, b.whisker_high, b.mean]
+                .into_iter()
+                .chain(finite_outliers)
+            {
                 lo = lo.min(v);
                 hi = hi.max(v);
             }
         }
         if !lo.is_finite() {
-            return Err(PlotError::NoFiniteData("every box has non-finite statistics".into()));
+            return Err(PlotError::NoFiniteData(
+                "every box has non-finite statistics".into(),
+            ));
         }
         let (ylo, yhi) = draw::padded_range(lo, hi, 0.05);
         let y = Scale::linear(ylo, yhi);
@@ -323,7 +334,10 @@ impl<'a> BoxScene<'a> {
         let bottom = Margins::bottom_for(plan.extent);
         let (size, plot_h) = match spec.figure.size {
             Some((w, h)) => ((w, h), h.saturating_sub(top + bottom).max(100)),
-            None => ((left + plot_w + right, top + PLOT_HEIGHT + bottom), PLOT_HEIGHT),
+            None => (
+                (left + plot_w + right, top + PLOT_HEIGHT + bottom),
+                PLOT_HEIGHT,
+            ),
         };
         let axes = Axes {
             left: left as i32,
@@ -351,6 +365,10 @@ impl Scene for BoxScene<'_> {
         self.size
     }
 
+    fn title(&self) -> &str {
+        &self.spec.figure.title
+    }
+
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> draw::DrawResult<DB> {
         let axes = &self.axes;
         draw::draw_y_axis(root, axes, &self.y_ticks, &self.spec.figure.y_label)?;
@@ -359,17 +377,32 @@ impl Scene for BoxScene<'_> {
         let thick = if slot >= 8.0 { 2 } else { 1 };
         let ring = if slot >= 12.0 { 3 } else { 2 };
         let black = BLACK.stroke_width(1);
-        for (i, b) in self.spec.boxes.iter().enumerate().filter(|(_, b)| b.is_finite()) {
+        for (i, b) in self
+            .spec
+            .boxes
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.is_finite())
+        {
             let cx = axes.px(i as f64, 0.0).0;
             let (l, r) = ((cx - half).round() as i32, (cx + half).round() as i32);
             let c = cx.round() as i32;
             let y = |v: f64| axes.pt(0.0, v).1;
             let (yq1, yq3) = (y(b.q1), y(b.q3));
-            root.draw(&PathElement::new(vec![(c, y(b.whisker_low)), (c, yq1)], black))?;
-            root.draw(&PathElement::new(vec![(c, yq3), (c, y(b.whisker_high))], black))?;
+            root.draw(&PathElement::new(
+                vec![(c, y(b.whisker_low)), (c, yq1)],
+                black,
+            ))?;
+            root.draw(&PathElement::new(
+                vec![(c, yq3), (c, y(b.whisker_high))],
+                black,
+            ))?;
             let cap = (half / 2.0).round().max(1.0) as i32;
             for w in [b.whisker_low, b.whisker_high] {
-                root.draw(&PathElement::new(vec![(c - cap, y(w)), (c + cap, y(w))], black))?;
+                root.draw(&PathElement::new(
+                    vec![(c - cap, y(w)), (c + cap, y(w))],
+                    black,
+                ))?;
             }
             root.draw(&Rectangle::new([(l, yq3), (r, yq1)], black))?;
             let (ym, ya) = (axes.px(0.0, b.median).1, axes.px(0.0, b.mean).1);
@@ -377,7 +410,11 @@ impl Scene for BoxScene<'_> {
             draw::draw_polyline(root, &[(lf, ym), (rf, ym)], MEDIAN, thick, LineKind::Solid)?;
             draw::draw_polyline(root, &[(lf, ya), (rf, ya)], MEAN, thick, LineKind::Dashed)?;
             for o in b.outliers.iter().filter(|v| v.is_finite()) {
-                root.draw(&Circle::new((c, y(*o)), ring, OUTLIER.to_plotters().stroke_width(1)))?;
+                root.draw(&Circle::new(
+                    (c, y(*o)),
+                    ring,
+                    OUTLIER.to_plotters().stroke_width(1),
+                ))?;
             }
         }
         draw::draw_frame(root, axes)?;

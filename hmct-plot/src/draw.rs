@@ -21,7 +21,8 @@ pub(crate) const MAX_LABEL_CHARS: usize = 48;
 const TICK_LEN: i32 = 5;
 const GRID: RGBColor = RGBColor(224, 224, 224);
 
-pub(crate) type DrawResult<DB> = Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
+pub(crate) type DrawResult<DB> =
+    Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
 
 pub(crate) fn text_size(size: f64, text: &str) -> (u32, u32) {
     // Only a corrupt embedded font fails here; drawing reports that error later.
@@ -198,7 +199,13 @@ impl NumberFormat {
             .filter(|s| *s > 0.0)
             .fold(f64::INFINITY, f64::min);
         let max_abs = ticks.iter().fold(0f64, |m, t| m.max(t.abs()));
-        let step = if step.is_finite() { step } else if max_abs > 0.0 { max_abs } else { 1.0 };
+        let step = if step.is_finite() {
+            step
+        } else if max_abs > 0.0 {
+            max_abs
+        } else {
+            1.0
+        };
         let step_exp = step.log10().floor();
         let scientific = max_abs >= 1e5 || (max_abs > 0.0 && max_abs < 1e-3);
         let decimals = if scientific {
@@ -254,7 +261,10 @@ pub(crate) fn nice_step(x: f64) -> usize {
 /// Chooses category labels for `plot_width` pixels: all of them horizontally if they
 /// fit; otherwise every `step`-th, horizontal if they are short (numbers), else rotated.
 pub(crate) fn plan_categories(labels: &[String], plot_width: f64) -> CategoryPlan {
-    let texts: Vec<String> = labels.iter().map(|l| shorten_tail(l, MAX_LABEL_CHARS)).collect();
+    let texts: Vec<String> = labels
+        .iter()
+        .map(|l| shorten_tail(l, MAX_LABEL_CHARS))
+        .collect();
     let n = texts.len().max(1);
     let slot = plot_width / n as f64;
     let widths: Vec<u32> = texts.iter().map(|t| text_size(TICK_SIZE, t).0).collect();
@@ -292,8 +302,14 @@ pub(crate) fn draw_y_axis<DB: DrawingBackend>(
         if y < axes.top || y > axes.bottom {
             continue;
         }
-        area.draw(&PathElement::new(vec![(axes.left, y), (axes.right, y)], GRID))?;
-        area.draw(&PathElement::new(vec![(axes.left - TICK_LEN, y), (axes.left, y)], BLACK))?;
+        area.draw(&PathElement::new(
+            vec![(axes.left, y), (axes.right, y)],
+            GRID,
+        ))?;
+        area.draw(&PathElement::new(
+            vec![(axes.left - TICK_LEN, y), (axes.left, y)],
+            BLACK,
+        ))?;
         let s = style(TICK_SIZE, Rgb::BLACK).pos(Pos::new(HPos::Right, VPos::Center));
         area.draw_text(text, &s, (axes.left - TICK_LEN - 4, y))?;
     }
@@ -345,8 +361,14 @@ pub(crate) fn draw_x_values<DB: DrawingBackend>(
         if x < axes.left || x > axes.right {
             continue;
         }
-        area.draw(&PathElement::new(vec![(x, axes.top), (x, axes.bottom)], GRID))?;
-        area.draw(&PathElement::new(vec![(x, axes.bottom), (x, axes.bottom + TICK_LEN)], BLACK))?;
+        area.draw(&PathElement::new(
+            vec![(x, axes.top), (x, axes.bottom)],
+            GRID,
+        ))?;
+        area.draw(&PathElement::new(
+            vec![(x, axes.bottom), (x, axes.bottom + TICK_LEN)],
+            BLACK,
+        ))?;
         let s = style(TICK_SIZE, Rgb::BLACK).pos(Pos::new(HPos::Center, VPos::Top));
         area.draw_text(text, &s, (x, axes.bottom + TICK_LEN + 4))?;
     }
@@ -361,7 +383,10 @@ pub(crate) fn draw_categories<DB: DrawingBackend>(
 ) -> DrawResult<DB> {
     for (i, text) in &plan.shown {
         let x = axes.pt(*i as f64, axes.y.lo).0;
-        area.draw(&PathElement::new(vec![(x, axes.bottom), (x, axes.bottom + TICK_LEN)], BLACK))?;
+        area.draw(&PathElement::new(
+            vec![(x, axes.bottom), (x, axes.bottom + TICK_LEN)],
+            BLACK,
+        ))?;
         let y = axes.bottom + TICK_LEN + 4;
         let s = if plan.rotated {
             // Right end at the tick: after the quarter turn the text reads upwards and
@@ -377,7 +402,10 @@ pub(crate) fn draw_categories<DB: DrawingBackend>(
     Ok(())
 }
 
-pub(crate) fn draw_frame<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, axes: &Axes) -> DrawResult<DB> {
+pub(crate) fn draw_frame<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    axes: &Axes,
+) -> DrawResult<DB> {
     area.draw(&Rectangle::new(
         [(axes.left, axes.top), (axes.right, axes.bottom)],
         BLACK.stroke_width(1),
@@ -396,6 +424,12 @@ pub(crate) fn draw_title<DB: DrawingBackend>(
     let (w, _) = area.dim_in_pixel();
     let (text, size) = fit_title(title, w.saturating_sub(20));
     let tw = text_size(size, &text).0 as i32;
+    // Very wide figures (thousands of boxes) are read by scrolling from the left: the
+    // title goes where the reader starts, above the y axis.
+    if axes.width() > 2400 {
+        let s = style(size, Rgb::BLACK).pos(Pos::new(HPos::Left, VPos::Top));
+        return area.draw_text(&text, &s, (axes.left, 12));
+    }
     // Centred on the axes when that fits inside the image, else on the image.
     let centre = (axes.left + axes.right) / 2;
     let centre = centre.clamp(10 + tw / 2, (w as i32 - 10 - tw / 2).max(10 + tw / 2));
@@ -508,14 +542,23 @@ pub(crate) fn draw_marker<DB: DrawingBackend>(
     match marker {
         Marker::None => Ok(()),
         Marker::Circle => area.draw(&Circle::new((x, y), r, c.filled())),
-        Marker::Square => area.draw(&Rectangle::new([(x - r, y - r), (x + r, y + r)], c.filled())),
+        Marker::Square => area.draw(&Rectangle::new(
+            [(x - r, y - r), (x + r, y + r)],
+            c.filled(),
+        )),
         Marker::TriangleUp => area.draw(&Polygon::new(
             vec![(x, y - r - 1), (x - r - 1, y + r), (x + r + 1, y + r)],
             c.filled(),
         )),
         Marker::Cross => {
-            area.draw(&PathElement::new(vec![(x - r, y - r), (x + r, y + r)], c.stroke_width(2)))?;
-            area.draw(&PathElement::new(vec![(x - r, y + r), (x + r, y - r)], c.stroke_width(2)))
+            area.draw(&PathElement::new(
+                vec![(x - r, y - r), (x + r, y + r)],
+                c.stroke_width(2),
+            ))?;
+            area.draw(&PathElement::new(
+                vec![(x - r, y + r), (x + r, y - r)],
+                c.stroke_width(2),
+            ))
         }
     }
 }
@@ -523,7 +566,10 @@ pub(crate) fn draw_marker<DB: DrawingBackend>(
 /// What a legend entry shows next to its label.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Swatch {
-    Line { line: LineKind, marker: Marker },
+    Line {
+        line: LineKind,
+        marker: Marker,
+    },
     /// A semi-transparent filled box with a solid outline, like histogram bars.
     Fill,
     /// An open circle, like box-plot outliers.
@@ -587,7 +633,10 @@ pub(crate) fn draw_legend<DB: DrawingBackend>(
     let rows = ((h - 2 * LEGEND_PAD) as i32 / row).max(1) as usize;
     let cols = entries.len().div_ceil(rows);
     let col_w = ((w - 2 * LEGEND_PAD) as usize / cols) as i32;
-    area.draw(&Rectangle::new([(x, y), (x + w as i32, y + h as i32)], WHITE.filled()))?;
+    area.draw(&Rectangle::new(
+        [(x, y), (x + w as i32, y + h as i32)],
+        WHITE.filled(),
+    ))?;
     area.draw(&Rectangle::new(
         [(x, y), (x + w as i32, y + h as i32)],
         RGBColor(190, 190, 190).stroke_width(1),
@@ -599,17 +648,27 @@ pub(crate) fn draw_legend<DB: DrawingBackend>(
         let sw = SWATCH_W as i32;
         match e.swatch {
             Swatch::Line { line, marker } => {
-                let pts = [(f64::from(sx), f64::from(cy)), (f64::from(sx + sw), f64::from(cy))];
+                let pts = [
+                    (f64::from(sx), f64::from(cy)),
+                    (f64::from(sx + sw), f64::from(cy)),
+                ];
                 draw_polyline(area, &pts, e.color, 2, line)?;
                 draw_marker(area, (sx + sw / 2, cy), marker, e.color, 4)?;
             }
             Swatch::Fill => {
                 let rect = [(sx + 4, cy - 6), (sx + sw - 4, cy + 6)];
-                area.draw(&Rectangle::new(rect, e.color.to_plotters().mix(0.4).filled()))?;
+                area.draw(&Rectangle::new(
+                    rect,
+                    e.color.to_plotters().mix(0.4).filled(),
+                ))?;
                 area.draw(&Rectangle::new(rect, e.color.to_plotters().stroke_width(1)))?;
             }
             Swatch::Ring => {
-                area.draw(&Circle::new((sx + sw / 2, cy), 4, e.color.to_plotters().stroke_width(1)))?;
+                area.draw(&Circle::new(
+                    (sx + sw / 2, cy),
+                    4,
+                    e.color.to_plotters().stroke_width(1),
+                ))?;
             }
         }
         let s = style(LEGEND_SIZE, Rgb::BLACK).pos(Pos::new(HPos::Left, VPos::Center));
@@ -620,11 +679,21 @@ pub(crate) fn draw_legend<DB: DrawingBackend>(
 
 /// Value ticks for `scale` with their labels.
 pub(crate) fn labelled_ticks(scale: &Scale, max_count: usize) -> Vec<(f64, String)> {
-    let ticks = if scale.log {
-        log_ticks(scale.lo, scale.hi, max_count)
-    } else {
-        nice_ticks(scale.lo, scale.hi, max_count)
-    };
+    if scale.log {
+        return log_ticks(scale.lo, scale.hi, max_count)
+            .into_iter()
+            .map(|t| {
+                let e = t.log10().round() as i32;
+                let label = if (0..=4).contains(&e) {
+                    format!("{t}")
+                } else {
+                    format!("1e{e}")
+                };
+                (t, label)
+            })
+            .collect();
+    }
+    let ticks = nice_ticks(scale.lo, scale.hi, max_count);
     let fmt = NumberFormat::for_ticks(&ticks);
     ticks.iter().map(|t| (*t, fmt.format(*t))).collect()
 }
@@ -656,7 +725,10 @@ mod tests {
 
     #[test]
     fn nice_ticks_are_round_and_inside() {
-        assert_eq!(nice_ticks(0.0, 10.0, 6), vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
+        assert_eq!(
+            nice_ticks(0.0, 10.0, 6),
+            vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
+        );
         let t = nice_ticks(0.9991, 1.0001, 6);
         assert!(t.len() >= 2 && t.len() <= 6, "{t:?}");
         assert!(t.iter().all(|v| (0.9991..=1.0001).contains(v)));
@@ -686,13 +758,19 @@ mod tests {
 
     #[test]
     fn nice_step_sequence() {
-        let got: Vec<usize> = [0.3, 1.0, 1.5, 2.1, 4.9, 7.0, 11.0, 49.0].iter().map(|x| nice_step(*x)).collect();
+        let got: Vec<usize> = [0.3, 1.0, 1.5, 2.1, 4.9, 7.0, 11.0, 49.0]
+            .iter()
+            .map(|x| nice_step(*x))
+            .collect();
         assert_eq!(got, vec![1, 1, 2, 5, 5, 10, 20, 50]);
     }
 
     #[test]
     fn shortening_keeps_the_end() {
-        let s = shorten_tail("/encoder/_blocks.0/_depthwise_conv/Conv_output_0_really_long_name", 20);
+        let s = shorten_tail(
+            "/encoder/_blocks.0/_depthwise_conv/Conv_output_0_really_long_name",
+            20,
+        );
         assert_eq!(s.chars().count(), 20);
         assert!(s.starts_with("...") && s.ends_with("long_name"));
         assert_eq!(shorten_tail("short", 20), "short");
@@ -713,7 +791,11 @@ mod tests {
             .collect();
         let plan = plan_categories(&labels, 2000.0);
         assert!(plan.rotated);
-        assert!(plan.shown.len() < 200 && plan.shown.len() > 20, "{}", plan.shown.len());
+        assert!(
+            plan.shown.len() < 200 && plan.shown.len() > 20,
+            "{}",
+            plan.shown.len()
+        );
         let few = vec!["none".to_string(), "Conv_2".into(), "Conv_7".into()];
         let plan = plan_categories(&few, 800.0);
         assert!(!plan.rotated);

@@ -10,7 +10,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use crate::error::PlotError;
-use crate::text::TextBackend;
+use crate::text::{SvgText, TextBackend, xml_escape};
 
 /// Output file format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -45,11 +45,12 @@ impl Format {
 pub struct Rgb(pub u8, pub u8, pub u8);
 
 impl Rgb {
+    // Close to matplotlib's single-letter colours ('r', 'b', 'g') that the original
+    // tool's reference lines use, and distinct from every colour of the cycle.
     pub const BLACK: Rgb = Rgb(0, 0, 0);
-    pub const RED: Rgb = Rgb(214, 39, 40);
-    pub const BLUE: Rgb = Rgb(31, 119, 180);
-    pub const GREEN: Rgb = Rgb(44, 160, 44);
-    pub const ORANGE: Rgb = Rgb(255, 127, 14);
+    pub const RED: Rgb = Rgb(230, 0, 0);
+    pub const BLUE: Rgb = Rgb(0, 0, 230);
+    pub const GREEN: Rgb = Rgb(0, 150, 0);
     pub const GRAY: Rgb = Rgb(127, 127, 127);
 
     /// The `i`-th colour of the default cycle (matplotlib's "tab10", then "tab20"'s
@@ -96,7 +97,11 @@ pub struct Figure {
 }
 
 impl Figure {
-    pub fn new(title: impl Into<String>, x_label: impl Into<String>, y_label: impl Into<String>) -> Self {
+    pub fn new(
+        title: impl Into<String>,
+        x_label: impl Into<String>,
+        y_label: impl Into<String>,
+    ) -> Self {
         Figure {
             title: title.into(),
             x_label: x_label.into(),
@@ -130,6 +135,7 @@ const MAX_PIXELS: u64 = 16_384 * 8_192;
 /// A figure ready to draw on any backend.
 pub(crate) trait Scene {
     fn size(&self) -> (u32, u32);
+    fn title(&self) -> &str;
     fn draw<DB: DrawingBackend>(
         &self,
         root: &DrawingArea<DB, Shift>,
@@ -142,14 +148,18 @@ fn draw_error<E: std::error::Error + Send + Sync>(e: DrawingAreaErrorKind<E>) ->
 
 /// Draws `scene` and writes it to `path` in `format`, replacing the file only once the
 /// whole image is ready (temp file in the same folder, then rename).
-pub(crate) fn render(scene: &impl Scene, path: &Path, format: Format) -> Result<(u32, u32), PlotError> {
+pub(crate) fn render(
+    scene: &impl Scene,
+    path: &Path,
+    format: Format,
+) -> Result<(u32, u32), PlotError> {
     let (width, height) = scene.size();
     if width == 0 || height == 0 || u64::from(width) * u64::from(height) > MAX_PIXELS {
         return Err(PlotError::TooLarge { width, height });
     }
     let bytes = match format {
         Format::Png => render_png(scene, width, height)?,
-        Format::Svg => render_svg(scene, width, height)?.into_bytes(),
+        Format::Svg => render_svg(scene, width, height, scene.title())?.into_bytes(),
     };
     write_atomically(path, &bytes)?;
     Ok((width, height))
@@ -171,22 +181,36 @@ fn render_png(scene: &impl Scene, width: u32, height: u32) -> Result<Vec<u8>, Pl
     Ok(png)
 }
 
-fn render_svg(scene: &impl Scene, width: u32, height: u32) -> Result<String, PlotError> {
-    let glyphs = RefCell::new(String::new());
+fn render_svg(
+    scene: &impl Scene,
+    width: u32,
+    height: u32,
+    title: &str,
+) -> Result<String, PlotError> {
+    let glyphs = RefCell::new(SvgText::default());
     let mut svg = String::new();
     {
-        let backend = TextBackend::vector(SVGBackend::with_string(&mut svg, (width, height)), &glyphs);
+        let backend =
+            TextBackend::vector(SVGBackend::with_string(&mut svg, (width, height)), &glyphs);
         let root = backend.into_drawing_area();
         root.fill(&WHITE).map_err(draw_error)?;
         scene.draw(&root).map_err(draw_error)?;
         root.present().map_err(draw_error)?;
     }
     // Text goes last, so it sits above every shape, which is where labels belong anyway.
-    let glyphs = glyphs.into_inner();
     let end = svg
         .rfind("</svg>")
         .ok_or_else(|| PlotError::Draw("SVG backend produced no closing tag".into()))?;
-    svg.insert_str(end, &format!("<g class=\"text\">\n{glyphs}</g>\n"));
+    svg.insert_str(end, &glyphs.into_inner().into_markup());
+    // The document's accessible name, and a way to find the figure by its title.
+    if !title.is_empty() {
+        if let Some(open_end) = svg
+            .find("<svg")
+            .and_then(|i| svg[i..].find('>').map(|j| i + j + 1))
+        {
+            svg.insert_str(open_end, &format!("\n<title>{}</title>", xml_escape(title)));
+        }
+    }
     Ok(svg)
 }
 

@@ -94,7 +94,11 @@ pub fn histogram(spec: &Histogram, path: &Path, format: Format) -> Result<Render
 pub(crate) fn bin_counts(values: &[f32], lo: f64, hi: f64, bins: usize) -> Vec<u64> {
     let mut counts = vec![0u64; bins];
     let width = (hi - lo) / bins as f64;
-    for v in values.iter().map(|v| f64::from(*v)).filter(|v| v.is_finite()) {
+    for v in values
+        .iter()
+        .map(|v| f64::from(*v))
+        .filter(|v| v.is_finite())
+    {
         let k = ((v - lo) / width).floor();
         if k >= 0.0 {
             counts[(k as usize).min(bins - 1)] += 1;
@@ -126,7 +130,9 @@ impl<'a> HistScene<'a> {
             return Err(PlotError::EmptyData("histogram has no series".into()));
         }
         if spec.bins == 0 {
-            return Err(PlotError::InvalidSpec("histogram needs at least one bin".into()));
+            return Err(PlotError::InvalidSpec(
+                "histogram needs at least one bin".into(),
+            ));
         }
         let mut skipped = 0;
         let mut notes = Vec::new();
@@ -144,7 +150,10 @@ impl<'a> HistScene<'a> {
             }
             if bad > 0 {
                 skipped += bad;
-                notes.push(format!("series '{}': {bad} non-finite values not counted", s.label));
+                notes.push(format!(
+                    "series '{}': {bad} non-finite values not counted",
+                    s.label
+                ));
             }
         }
         if !lo.is_finite() {
@@ -155,7 +164,11 @@ impl<'a> HistScene<'a> {
                 PlotError::NoFiniteData("every histogram value is NaN or infinite".into())
             });
         }
-        let (blo, bhi) = if hi > lo { (lo, hi) } else { draw::padded_range(lo, hi, 0.0) };
+        let (blo, bhi) = if hi > lo {
+            (lo, hi)
+        } else {
+            draw::padded_range(lo, hi, 0.0)
+        };
         let bins = spec.bins;
         let edges: Vec<f64> = (0..=bins)
             .map(|k| blo + (bhi - blo) * k as f64 / bins as f64)
@@ -280,6 +293,10 @@ impl Scene for HistScene<'_> {
         self.size
     }
 
+    fn title(&self) -> &str {
+        &self.spec.figure.title
+    }
+
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> draw::DrawResult<DB> {
         let axes = &self.axes;
         draw::draw_y_axis(root, axes, &self.y_ticks, &self.spec.figure.y_label)?;
@@ -296,7 +313,11 @@ impl Scene for HistScene<'_> {
                 let (x1, y1) = axes.pt(self.edges[k + 1], floor);
                 // Neighbouring bars share an edge pixel; leaving it to the next bar
                 // avoids a darker double-blended seam.
-                let x1 = if k + 1 < counts.len() && x1 > x0 { x1 - 1 } else { x1 };
+                let x1 = if k + 1 < counts.len() && x1 > x0 {
+                    x1 - 1
+                } else {
+                    x1
+                };
                 root.draw(&Rectangle::new([(x0, y0), (x1, y1)], fill))?;
             }
         }
@@ -316,12 +337,28 @@ impl Scene for HistScene<'_> {
             draw::draw_polyline(root, &[a, z], THRESHOLD_COLOR, 2, LineKind::Dashed)?;
         }
         draw::draw_frame(root, axes)?;
-        if let Some(m) = self.spec.max_marker.as_ref().filter(|m| m.value.is_finite()) {
+        if let Some(m) = self
+            .spec
+            .max_marker
+            .as_ref()
+            .filter(|m| m.value.is_finite())
+        {
             let x = axes.pt(m.value, floor).0;
             // Sitting on the axis, fully inside the plot.
-            draw::draw_marker(root, (x, axes.bottom - 7), Marker::TriangleUp, MARKER_COLOR, 6)?;
+            draw::draw_marker(
+                root,
+                (x, axes.bottom - 7),
+                Marker::TriangleUp,
+                MARKER_COLOR,
+                6,
+            )?;
         }
-        draw::draw_x_title(root, axes, &self.spec.figure.x_label, draw::text_size(draw::TICK_SIZE, "Ag").1)?;
+        draw::draw_x_title(
+            root,
+            axes,
+            &self.spec.figure.x_label,
+            draw::text_size(draw::TICK_SIZE, "Ag").1,
+        )?;
         draw::draw_legend(
             root,
             (axes.right + 15, axes.top),
@@ -339,7 +376,13 @@ mod tests {
     #[test]
     fn bins_follow_numpy() {
         // numpy.histogram([0, 1, 2, 3, 4], bins=4) -> [1, 1, 1, 2]
-        assert_eq!(bin_counts(&[0.0, 1.0, 2.0, 3.0, 4.0], 0.0, 4.0, 4), vec![1, 1, 1, 2]);
-        assert_eq!(bin_counts(&[f32::NAN, 0.5, f32::INFINITY], 0.0, 1.0, 2), vec![0, 1]);
+        assert_eq!(
+            bin_counts(&[0.0, 1.0, 2.0, 3.0, 4.0], 0.0, 4.0, 4),
+            vec![1, 1, 1, 2]
+        );
+        assert_eq!(
+            bin_counts(&[f32::NAN, 0.5, f32::INFINITY], 0.0, 1.0, 2),
+            vec![0, 1]
+        );
     }
 }

@@ -6,7 +6,9 @@ use std::path::Path;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::draw::{self, Axes, CategoryPlan, LegendEntry, LineKind, Margins, Marker, Scale, Swatch};
+use crate::draw::{
+    self, Axes, CategoryPlan, LegendEntry, LineKind, Margins, Marker, Scale, Swatch,
+};
 use crate::error::PlotError;
 use crate::figure::{Figure, Format, RenderInfo, Rgb, Scene, render};
 
@@ -128,7 +130,10 @@ impl<'a> LineScene<'a> {
             let bad = s.values.iter().filter(|v| !v.is_finite()).count();
             if bad > 0 {
                 skipped += bad;
-                notes.push(format!("series '{}': {bad} non-finite values not drawn", s.label));
+                notes.push(format!(
+                    "series '{}': {bad} non-finite values not drawn",
+                    s.label
+                ));
             }
             for v in s.values.iter().filter(|v| v.is_finite()) {
                 lo = lo.min(*v);
@@ -136,14 +141,19 @@ impl<'a> LineScene<'a> {
             }
         }
         if !lo.is_finite() {
-            return Err(PlotError::NoFiniteData("every series value is NaN or infinite".into()));
+            return Err(PlotError::NoFiniteData(
+                "every series value is NaN or infinite".into(),
+            ));
         }
         if let Some(b) = &spec.baseline {
             if b.value.is_finite() {
                 lo = lo.min(b.value);
                 hi = hi.max(b.value);
             } else {
-                notes.push(format!("baseline '{}' is not finite and was not drawn", b.label));
+                notes.push(format!(
+                    "baseline '{}' is not finite and was not drawn",
+                    b.label
+                ));
             }
         }
 
@@ -247,6 +257,10 @@ impl Scene for LineScene<'_> {
         self.size
     }
 
+    fn title(&self) -> &str {
+        &self.spec.figure.title
+    }
+
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> draw::DrawResult<DB> {
         let axes = &self.axes;
         draw::draw_y_axis(root, axes, &self.y_ticks, &self.spec.figure.y_label)?;
@@ -255,7 +269,11 @@ impl Scene for LineScene<'_> {
                 let round = |p: &(f64, f64)| (p.0.round() as i32, p.1.round() as i32);
                 // A lone point between gaps would vanish without a marker.
                 if run.len() == 1 && (s.marker == Marker::None || s.line == LineKind::None) {
-                    let m = if s.marker == Marker::None { Marker::Circle } else { s.marker };
+                    let m = if s.marker == Marker::None {
+                        Marker::Circle
+                    } else {
+                        s.marker
+                    };
                     draw::draw_marker(root, round(&run[0]), m, *color, 3)?;
                     continue;
                 }

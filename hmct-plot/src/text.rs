@@ -4,10 +4,11 @@
 //! anchor, so labels sit visibly off-centre, and its SVG backend writes `<text>` elements
 //! that depend on whatever fonts the viewer has. [`TextBackend`] wraps a backend and
 //! lays out every string itself with the embedded DejaVu Sans: on bitmaps it blends the
-//! glyph coverage into pixels, on SVG it emits each string as a filled `<path>` so the
+//! glyph coverage into pixels, on SVG it emits the glyph outlines as filled paths so the
 //! file shows the same glyphs everywhere without any font installed.
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::{Once, OnceLock};
 
@@ -163,12 +164,12 @@ struct Placed<'l> {
 }
 
 /// A drawing backend whose text comes from the embedded font; everything else is
-/// passed through. With `svg_glyphs` set, text becomes SVG path markup collected there
+/// passed through. With `svg_glyphs` set, text becomes SVG markup collected there
 /// (the caller splices it into the document); without it, text is rasterised through
 /// `draw_pixel` of the inner backend.
 pub(crate) struct TextBackend<'a, DB: DrawingBackend> {
     inner: DB,
-    svg_glyphs: Option<&'a RefCell<String>>,
+    svg_glyphs: Option<&'a RefCell<SvgText>>,
 }
 
 impl<'a, DB: DrawingBackend> TextBackend<'a, DB> {
@@ -180,7 +181,7 @@ impl<'a, DB: DrawingBackend> TextBackend<'a, DB> {
         }
     }
 
-    pub(crate) fn vector(inner: DB, sink: &'a RefCell<String>) -> Self {
+    pub(crate) fn vector(inner: DB, sink: &'a RefCell<SvgText>) -> Self {
         register_with_plotters();
         Self {
             inner,
@@ -230,72 +231,129 @@ impl<'a, DB: DrawingBackend> TextBackend<'a, DB> {
     }
 }
 
-fn svg_path(out: &mut String, job: &Placed<'_>) {
-    let Placed {
-        line,
-        font,
-        size,
-        origin: (ox, oy),
-        transform: t,
-        pos,
-        color,
-    } = *job;
-    let scaled = font.as_scaled(PxScale::from(size));
-    let (sx, sy) = (scaled.h_scale_factor(), scaled.v_scale_factor());
+/// Text collected for an SVG document: each glyph's outline is defined once (in font
+/// units) and every occurrence is a `<use>` with a transform, which keeps charts with
+/// hundreds of node names small.
+#[derive(Default)]
+pub(crate) struct SvgText {
+    outlines: BTreeMap<u16, String>,
+    body: String,
+}
+
+/// Characters that cannot appear literally in XML attribute values or text.
+pub(crate) fn xml_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            c if (c as u32) < 0x20 && c != '\t' && c != '\n' => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn outline_path(font: &FontRef<'static>, id: GlyphId) -> String {
     let mut d = String::new();
-    for &(id, pen) in &line.glyphs {
-        let Some(outline) = font.outline(id) else {
-            continue;
+    let Some(outline) = font.outline(id) else {
+        return d;
+    };
+    let mut current: Option<ab_glyph::Point> = None;
+    for curve in &outline.curves {
+        let (start, end) = match curve {
+            OutlineCurve::Line(a, b) | OutlineCurve::Quad(a, _, b) => (*a, *b),
+            OutlineCurve::Cubic(a, _, _, b) => (*a, *b),
         };
-        // Font units are y-up; screen pixels are y-down.
-        let map = |p: ab_glyph::Point| {
-            let (x, y) = rotate(t, ox + pen + p.x * sx, oy - p.y * sy);
-            (pos.0 as f32 + x, pos.1 as f32 + y)
+        // Outlines do not mark contour ends: a curve not starting where the previous
+        // one ended opens a new contour.
+        if current != Some(start) {
+            if current.is_some() {
+                d.push('Z');
+            }
+            let _ = write!(d, "M{} {}", start.x, start.y);
+        }
+        let _ = match curve {
+            OutlineCurve::Line(_, b) => write!(d, "L{} {}", b.x, b.y),
+            OutlineCurve::Quad(_, c, b) => write!(d, "Q{} {} {} {}", c.x, c.y, b.x, b.y),
+            OutlineCurve::Cubic(_, c1, c2, b) => {
+                write!(d, "C{} {} {} {} {} {}", c1.x, c1.y, c2.x, c2.y, b.x, b.y)
+            }
         };
-        let mut current: Option<ab_glyph::Point> = None;
-        for curve in &outline.curves {
-            let start = match curve {
-                OutlineCurve::Line(a, _) | OutlineCurve::Quad(a, _, _) => *a,
-                OutlineCurve::Cubic(a, _, _, _) => *a,
-            };
-            if current != Some(start) {
-                if current.is_some() {
-                    d.push('Z');
-                }
-                let (x, y) = map(start);
-                let _ = write!(d, "M{x:.2} {y:.2}");
-            }
-            match curve {
-                OutlineCurve::Line(_, b) => {
-                    let (x, y) = map(*b);
-                    let _ = write!(d, "L{x:.2} {y:.2}");
-                    current = Some(*b);
-                }
-                OutlineCurve::Quad(_, c, b) => {
-                    let ((cx, cy), (x, y)) = (map(*c), map(*b));
-                    let _ = write!(d, "Q{cx:.2} {cy:.2} {x:.2} {y:.2}");
-                    current = Some(*b);
-                }
-                OutlineCurve::Cubic(_, c1, c2, b) => {
-                    let ((ax, ay), (bx, by), (x, y)) = (map(*c1), map(*c2), map(*b));
-                    let _ = write!(d, "C{ax:.2} {ay:.2} {bx:.2} {by:.2} {x:.2} {y:.2}");
-                    current = Some(*b);
-                }
-            }
-        }
-        if current.is_some() {
-            d.push('Z');
-        }
+        current = Some(end);
     }
-    if d.is_empty() {
-        return;
+    if current.is_some() {
+        d.push('Z');
     }
-    let (r, g, b) = color.rgb;
-    let _ = writeln!(
-        out,
-        r##"<path d="{d}" fill="#{r:02X}{g:02X}{b:02X}" fill-opacity="{:.3}"/>"##,
-        color.alpha
-    );
+    d
+}
+
+impl SvgText {
+    fn add(&mut self, text: &str, job: &Placed<'_>) {
+        let Placed {
+            line,
+            font,
+            size,
+            origin: (ox, oy),
+            transform: t,
+            pos,
+            color,
+        } = *job;
+        let scaled = font.as_scaled(PxScale::from(size));
+        let (sx, sy) = (scaled.h_scale_factor(), scaled.v_scale_factor());
+        // Columns of the turn's matrix, from where it sends the unit vectors.
+        let (r00, r10) = rotate(t, 1.0, 0.0);
+        let (r01, r11) = rotate(t, 0.0, 1.0);
+        let (r, g, b) = color.rgb;
+        let _ = writeln!(
+            self.body,
+            r##"<g aria-label="{}" fill="#{r:02X}{g:02X}{b:02X}" fill-opacity="{:.3}">"##,
+            xml_escape(text),
+            color.alpha
+        );
+        for &(id, pen) in &line.glyphs {
+            if !self.outlines.contains_key(&id.0) {
+                let d = outline_path(font, id);
+                self.outlines.insert(id.0, d);
+            }
+            if self.outlines[&id.0].is_empty() {
+                continue;
+            }
+            // Font units are y-up, pixels y-down: scale y by -sy, then turn, then move.
+            let (lx, ly) = (ox + pen, oy);
+            let e = pos.0 as f32 + r00 * lx + r01 * ly;
+            let f = pos.1 as f32 + r10 * lx + r11 * ly;
+            let _ = writeln!(
+                self.body,
+                r##"<use href="#g{0}" xlink:href="#g{0}" transform="matrix({1:.5} {2:.5} {3:.5} {4:.5} {5:.2} {6:.2})"/>"##,
+                id.0,
+                r00 * sx,
+                r10 * sx,
+                -r01 * sy,
+                -r11 * sy,
+                e,
+                f
+            );
+        }
+        self.body.push_str("</g>\n");
+    }
+
+    /// The markup to put at the end of the document: glyph definitions, then the text.
+    pub(crate) fn into_markup(self) -> String {
+        let mut out = String::from(
+            "<g class=\"text\" xmlns:xlink=\"http://www.w3.org/1999/xlink\">\n<defs>\n",
+        );
+        for (id, d) in self.outlines.iter().filter(|(_, d)| !d.is_empty()) {
+            let _ = writeln!(out, r#"<path id="g{id}" d="{d}"/>"#);
+        }
+        out.push_str("</defs>\n");
+        out.push_str(&self.body);
+        out.push_str("</g>\n");
+        out
+    }
 }
 
 fn font_error<E: std::error::Error + Send + Sync>(e: FontParseError) -> DrawingErrorKind<E> {
@@ -395,7 +453,7 @@ impl<DB: DrawingBackend> DrawingBackend for TextBackend<'_, DB> {
         };
         match self.svg_glyphs {
             Some(sink) => {
-                svg_path(&mut sink.borrow_mut(), &job);
+                sink.borrow_mut().add(text, &job);
                 Ok(())
             }
             None => self.rasterise(&job),
