@@ -358,9 +358,9 @@ impl Kernel for ConvKernel {
 /// Output columns per GEMM task for im2col convs, and the cap on the im2col buffer
 /// (elements); columns per task for pointwise convs; output channels per task for
 /// pointwise convs with many channels. Fixed, so results never depend on threads.
-const IM2COL_COLS: usize = 768;
-const IM2COL_MAX: usize = 1 << 20;
-const POINTWISE_COLS: usize = 1024;
+const IM2COL_COLS: usize = 320;
+const IM2COL_MAX: usize = 1 << 18;
+const POINTWISE_COLS: usize = 4096;
 const M_BLOCK: usize = 64;
 
 /// Conv forward on row-major data. Returns the output and its shape.
@@ -732,33 +732,35 @@ impl ConvTransposeKernel {
             return Ok((y, shape));
         }
         let rows = mg * k_vol;
-        let mut cols = vec![T::zero(); rows * in_vol];
-        for b in 0..n {
-            for gi in 0..group {
-                let xg = &x[(b * c + gi * cg) * in_vol..][..cg * in_vol];
-                let wg = &w[gi * cg * rows..][..cg * rows];
-                gu::gemm(
-                    rows,
-                    in_vol,
-                    cg,
-                    MatRef::transposed(wg, rows),
-                    MatRef::row_major(xg, in_vol),
-                    &mut cols,
-                    in_vol,
-                    false,
-                    T::one(),
-                );
-                let yb = &mut y[(b * m + gi * mg) * out_vol..][..mg * out_vol];
-                let col2im = |(mo, plane): (usize, &mut [T])| {
-                    col2im_plane(&cols[mo * k_vol * in_vol..][..k_vol * in_vol], plane, &g3, xin);
-                };
-                if yb.len() * k_vol < (1 << 18) {
-                    yb.chunks_mut(out_vol).enumerate().for_each(col2im);
-                } else {
-                    yb.par_chunks_mut(out_vol).enumerate().for_each(col2im);
+        T::with_scratch(rows * in_vol, |cols| {
+            for b in 0..n {
+                for gi in 0..group {
+                    let xg = &x[(b * c + gi * cg) * in_vol..][..cg * in_vol];
+                    let wg = &w[gi * cg * rows..][..cg * rows];
+                    gu::gemm(
+                        rows,
+                        in_vol,
+                        cg,
+                        MatRef::transposed(wg, rows),
+                        MatRef::row_major(xg, in_vol),
+                        cols,
+                        in_vol,
+                        false,
+                        T::one(),
+                    );
+                    let cols = &*cols;
+                    let yb = &mut y[(b * m + gi * mg) * out_vol..][..mg * out_vol];
+                    let col2im = |(mo, plane): (usize, &mut [T])| {
+                        col2im_plane(&cols[mo * k_vol * in_vol..][..k_vol * in_vol], plane, &g3, xin);
+                    };
+                    if yb.len() * k_vol < (1 << 18) {
+                        yb.chunks_mut(out_vol).enumerate().for_each(col2im);
+                    } else {
+                        yb.par_chunks_mut(out_vol).enumerate().for_each(col2im);
+                    }
                 }
             }
-        }
+        });
         Ok((y, shape))
     }
 }
@@ -778,16 +780,26 @@ fn col2im_plane<T: Scalar>(cols: &[T], plane: &mut [T], g: &Win3, xin: [usize; 3
                 let src = &cols[k * in_vol..][..in_vol];
                 k += 1;
                 let off = (cc * g.dil[2]) as isize - g.pad[2];
+                // Input columns whose target `iw * s + off` lies inside the output row.
+                let lo = if off >= 0 { 0 } else { ((-off + s - 1) / s) as usize };
+                let hi = (((ow_n as isize - off) + s - 1) / s).clamp(0, iw_n as isize) as usize;
+                if lo >= hi {
+                    continue;
+                }
                 for id in 0..id_n {
                     let Some(od) = g.src(0, id, a) else { continue };
                     for ih in 0..ih_n {
                         let Some(oh) = g.src(1, ih, bb) else { continue };
                         let orow = &mut plane[(od * oh_n + oh) * ow_n..][..ow_n];
-                        let irow = &src[(id * ih_n + ih) * iw_n..][..iw_n];
-                        for (iw, &v) in irow.iter().enumerate() {
-                            let o = iw as isize * s + off;
-                            if o >= 0 && (o as usize) < ow_n {
-                                orow[o as usize] += v;
+                        let irow = &src[(id * ih_n + ih) * iw_n..][lo..hi];
+                        let o0 = (lo as isize * s + off) as usize;
+                        if s == 1 {
+                            for (o, &v) in orow[o0..o0 + irow.len()].iter_mut().zip(irow) {
+                                *o += v;
+                            }
+                        } else {
+                            for (o, &v) in orow[o0..].iter_mut().step_by(s as usize).zip(irow) {
+                                *o += v;
                             }
                         }
                     }

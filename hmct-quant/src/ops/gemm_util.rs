@@ -21,9 +21,36 @@ pub(crate) trait Scalar:
     + std::ops::Mul<Output = Self>
     + std::ops::AddAssign
 {
+    /// Runs `f` on a per-thread scratch buffer of `len` elements (unspecified
+    /// contents). Kept between calls so large temporaries do not fault in fresh pages
+    /// on every run; a nested call gets a buffer of its own.
+    fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [Self]) -> R) -> R;
 }
-impl Scalar for f32 {}
-impl Scalar for f64 {}
+
+macro_rules! scalar_with_scratch {
+    ($t:ty, $cell:ident) => {
+        thread_local! {
+            static $cell: std::cell::RefCell<Vec<$t>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        impl Scalar for $t {
+            fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [Self]) -> R) -> R {
+                let mut v = $cell.with(|c| c.take());
+                if v.len() < len {
+                    v.resize(len, 0.0);
+                }
+                let r = f(&mut v[..len]);
+                $cell.with(|c| {
+                    if c.borrow().len() < v.len() {
+                        c.replace(v);
+                    }
+                });
+                r
+            }
+        }
+    };
+}
+scalar_with_scratch!(f32, F32_SCRATCH);
+scalar_with_scratch!(f64, F64_SCRATCH);
 
 /// A read-only strided matrix: element `(i, j)` is `data[i * rs + j * cs]`.
 #[derive(Clone, Copy)]
@@ -156,18 +183,20 @@ pub(crate) fn gemm<T: Scalar>(
     accumulate: bool,
     alpha: T,
 ) {
-    if m.saturating_mul(n).saturating_mul(k) < PAR_WORK || (m <= TILE_M && n <= TILE_N) {
+    // Short products (small k) pay per-call packing overhead: give them wider tiles.
+    let tile_n = ((1usize << 18) / k.max(1)).clamp(TILE_N, 16 * TILE_N);
+    if m.saturating_mul(n).saturating_mul(k) < PAR_WORK || (m <= TILE_M && n <= tile_n) {
         gemm_serial(m, n, k, a, b, c, ldc, accumulate, alpha);
         return;
     }
     assert!(a.covers(m, k) && b.covers(k, n) && (m - 1) * ldc + n <= c.len() && n <= ldc);
     let tm = m.div_ceil(TILE_M);
-    let tn = n.div_ceil(TILE_N);
+    let tn = n.div_ceil(tile_n);
     let cp = SendPtr(c.as_mut_ptr());
     (0..tm * tn).into_par_iter().for_each(|t| {
         let (ti, tj) = (t / tn, t % tn);
-        let (i0, j0) = (ti * TILE_M, tj * TILE_N);
-        let (mi, nj) = (TILE_M.min(m - i0), TILE_N.min(n - j0));
+        let (i0, j0) = (ti * TILE_M, tj * tile_n);
+        let (mi, nj) = (TILE_M.min(m - i0), tile_n.min(n - j0));
         let at = MatRef {
             data: &a.data[i0 * a.rs..],
             rs: a.rs,
