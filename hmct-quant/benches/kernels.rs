@@ -61,7 +61,15 @@ fn tensor(shape: &[usize], seed: u32) -> Tensor {
 }
 
 fn fake_quant(c: &mut Criterion) {
-    let fq = FakeQuant::symmetric(QType::Int { bits: 8, signed: true }, &[0.9], None).unwrap();
+    let fq = FakeQuant::symmetric(
+        QType::Int {
+            bits: 8,
+            signed: true,
+        },
+        &[0.9],
+        None,
+    )
+    .unwrap();
     let mut g = c.benchmark_group("fake_quant_int8");
     for n in [16 << 10, 64 << 20] {
         let src = data(n, 7);
@@ -85,15 +93,21 @@ fn conv(c: &mut Criterion) {
     let b = tensor(&[64], 3);
     let k = kernel("Conv", &[ints("pads", &[1, 1, 1, 1])], 3);
     g.throughput(Throughput::Elements(2 * 64 * 64 * 9 * 160 * 160));
-    g.bench_function("3x3_64to64_160x160", |bch| bch.iter(|| k.run(&[Some(&x), Some(&w), Some(&b)]).unwrap()));
+    g.bench_function("3x3_64to64_160x160", |bch| {
+        bch.iter(|| k.run(&[Some(&x), Some(&w), Some(&b)]).unwrap())
+    });
     let wd = tensor(&[64, 1, 3, 3], 4);
     let kd = kernel("Conv", &[ints("pads", &[1, 1, 1, 1]), int("group", 64)], 3);
     g.throughput(Throughput::Elements(2 * 64 * 9 * 160 * 160));
-    g.bench_function("depthwise3x3_64_160x160", |bch| bch.iter(|| kd.run(&[Some(&x), Some(&wd), Some(&b)]).unwrap()));
+    g.bench_function("depthwise3x3_64_160x160", |bch| {
+        bch.iter(|| kd.run(&[Some(&x), Some(&wd), Some(&b)]).unwrap())
+    });
     let w1 = tensor(&[64, 64, 1, 1], 5);
     let k1 = kernel("Conv", &[], 3);
     g.throughput(Throughput::Elements(2 * 64 * 64 * 160 * 160));
-    g.bench_function("1x1_64to64_160x160", |bch| bch.iter(|| k1.run(&[Some(&x), Some(&w1), Some(&b)]).unwrap()));
+    g.bench_function("1x1_64to64_160x160", |bch| {
+        bch.iter(|| k1.run(&[Some(&x), Some(&w1), Some(&b)]).unwrap())
+    });
     g.finish();
 }
 
@@ -103,7 +117,9 @@ fn matmul(c: &mut Criterion) {
     let bm = tensor(&[512, 512], 9);
     let k = kernel("MatMul", &[], 2);
     g.throughput(Throughput::Elements(2 * 512 * 512 * 512));
-    g.bench_function("512x512x512", |bch| bch.iter(|| k.run(&[Some(&a), Some(&bm)]).unwrap()));
+    g.bench_function("512x512x512", |bch| {
+        bch.iter(|| k.run(&[Some(&a), Some(&bm)]).unwrap())
+    });
     g.finish();
 }
 

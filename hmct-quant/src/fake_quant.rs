@@ -18,10 +18,16 @@ pub enum FakeQuantError {
     BadThreshold { index: usize, value: f32 },
     #[error("asymmetric range [{min}, {max}] is empty or not finite")]
     BadRange { min: f32, max: f32 },
-    #[error("integer range [{qmin}, {qmax}] is not supported (need qmin < qmax, both within ±2^16)")]
+    #[error(
+        "integer range [{qmin}, {qmax}] is not supported (need qmin < qmax, both within ±2^16)"
+    )]
     BadIntRange { qmin: i32, qmax: i32 },
     #[error("zero point {zero_point} lies outside [{qmin}, {qmax}]")]
-    BadZeroPoint { zero_point: i32, qmin: i32, qmax: i32 },
+    BadZeroPoint {
+        zero_point: i32,
+        qmin: i32,
+        qmax: i32,
+    },
     #[error("{scales} scales but {zero_points} zero points")]
     ZeroPointCount { scales: usize, zero_points: usize },
     #[error("per-tensor quantization takes one scale, got {0}")]
@@ -31,9 +37,17 @@ pub enum FakeQuantError {
     #[error("axis {axis} out of range for a tensor of rank {rank}")]
     Axis { axis: usize, rank: usize },
     #[error("{scales} per-channel scales for {channels} channels along axis {axis}")]
-    ChannelCount { scales: usize, channels: usize, axis: usize },
+    ChannelCount {
+        scales: usize,
+        channels: usize,
+        axis: usize,
+    },
     #[error("shape {shape:?} holds {expected} elements, data has {actual}")]
-    DataLength { shape: Vec<usize>, expected: usize, actual: usize },
+    DataLength {
+        shape: Vec<usize>,
+        expected: usize,
+        actual: usize,
+    },
     #[error("unknown quantization type '{0}'")]
     UnknownQType(String),
     #[error("{0} bits are not supported for integer fake quantization (2..=16)")]
@@ -46,7 +60,10 @@ pub enum FakeQuantError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum QType {
     /// `intN` (`signed`) or `uintN`.
-    Int { bits: u32, signed: bool },
+    Int {
+        bits: u32,
+        signed: bool,
+    },
     Float16,
     Float32,
 }
@@ -99,7 +116,10 @@ impl std::fmt::Display for QType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             QType::Int { bits, signed: true } => write!(f, "int{bits}"),
-            QType::Int { bits, signed: false } => write!(f, "uint{bits}"),
+            QType::Int {
+                bits,
+                signed: false,
+            } => write!(f, "uint{bits}"),
             QType::Float16 => f.write_str("float16"),
             QType::Float32 => f.write_str("float32"),
         }
@@ -183,7 +203,11 @@ impl FakeQuant {
             });
         }
         if let Some(&zero_point) = zero_points.iter().find(|z| !(qmin..=qmax).contains(*z)) {
-            return Err(FakeQuantError::BadZeroPoint { zero_point, qmin, qmax });
+            return Err(FakeQuantError::BadZeroPoint {
+                zero_point,
+                qmin,
+                qmax,
+            });
         }
         Ok(FakeQuant::Int(IntQuant {
             qmin,
@@ -195,7 +219,11 @@ impl FakeQuant {
     }
 
     /// Symmetric quantization: `scale_c = threshold_c / qmax`, zero point 0.
-    pub fn symmetric(qtype: QType, thresholds: &[f32], axis: Option<usize>) -> Result<FakeQuant, FakeQuantError> {
+    pub fn symmetric(
+        qtype: QType,
+        thresholds: &[f32],
+        axis: Option<usize>,
+    ) -> Result<FakeQuant, FakeQuantError> {
         let (qmin, qmax) = qtype.int_range()?;
         let mut scales = Vec::with_capacity(thresholds.len());
         for (index, &t) in thresholds.iter().enumerate() {
@@ -212,7 +240,10 @@ impl FakeQuant {
     pub fn asymmetric(qtype: QType, fmin: f32, fmax: f32) -> Result<FakeQuant, FakeQuantError> {
         let (qmin, qmax) = qtype.int_range()?;
         if !(fmin.is_finite() && fmax.is_finite() && fmax > fmin) {
-            return Err(FakeQuantError::BadRange { min: fmin, max: fmax });
+            return Err(FakeQuantError::BadRange {
+                min: fmin,
+                max: fmax,
+            });
         }
         let s = (fmax - fmin) / (qmax - qmin) as f32;
         let zp = qmax as f32 - (fmax / s).round_ties_even();
@@ -226,7 +257,11 @@ impl FakeQuant {
     /// `float16`; signed integers are symmetric; unsigned integers with exactly two
     /// per-tensor thresholds are the asymmetric `[min, max]` form, otherwise symmetric
     /// over `[0, qmax]`.
-    pub fn from_thresholds(qtype: QType, thresholds: &[f32], axis: Option<usize>) -> Result<FakeQuant, FakeQuantError> {
+    pub fn from_thresholds(
+        qtype: QType,
+        thresholds: &[f32],
+        axis: Option<usize>,
+    ) -> Result<FakeQuant, FakeQuantError> {
         match qtype {
             QType::Float32 => Ok(FakeQuant::Identity),
             QType::Float16 => Ok(FakeQuant::Float16),
@@ -260,7 +295,10 @@ impl FakeQuant {
             && let Some(axis) = p.axis
         {
             if axis >= shape.len() {
-                return Err(FakeQuantError::Axis { axis, rank: shape.len() });
+                return Err(FakeQuantError::Axis {
+                    axis,
+                    rank: shape.len(),
+                });
             }
             // One scale broadcast over all channels is what a per-channel node with a
             // single threshold means; anything else must match the channel count.
@@ -514,9 +552,18 @@ mod tests {
 
     #[test]
     fn parses_qtypes() {
-        assert_eq!("int8".parse::<QType>().unwrap().int_range().unwrap(), (-128, 127));
-        assert_eq!("uint16".parse::<QType>().unwrap().int_range().unwrap(), (0, 65535));
-        assert_eq!("int4".parse::<QType>().unwrap().int_range().unwrap(), (-8, 7));
+        assert_eq!(
+            "int8".parse::<QType>().unwrap().int_range().unwrap(),
+            (-128, 127)
+        );
+        assert_eq!(
+            "uint16".parse::<QType>().unwrap().int_range().unwrap(),
+            (0, 65535)
+        );
+        assert_eq!(
+            "int4".parse::<QType>().unwrap().int_range().unwrap(),
+            (-8, 7)
+        );
         assert_eq!("float16".parse::<QType>().unwrap(), QType::Float16);
         assert!("int32".parse::<QType>().is_err());
         assert!("fp8".parse::<QType>().is_err());
@@ -544,7 +591,16 @@ mod tests {
     fn symmetric_int8_rounds_half_even_and_saturates() {
         let fq = FakeQuant::symmetric("int8".parse().unwrap(), &[63.5], None).unwrap();
         // scale 0.5
-        let x = [0.25, 0.75, -0.25, 1.25, 100.0, -100.0, f32::NAN, f32::INFINITY];
+        let x = [
+            0.25,
+            0.75,
+            -0.25,
+            1.25,
+            100.0,
+            -100.0,
+            f32::NAN,
+            f32::INFINITY,
+        ];
         let y = fq.apply(&x, &[x.len()]).unwrap();
         assert_eq!(y, [0.0, 1.0, 0.0, 1.0, 63.5, -64.0, -64.0, 63.5]);
         assert!(y[2].is_sign_positive());
@@ -555,7 +611,10 @@ mod tests {
         let fq = FakeQuant::asymmetric("uint8".parse().unwrap(), -1.0, 3.0).unwrap();
         let FakeQuant::Int(p) = &fq else { panic!() };
         assert_eq!(p.scales(), &[4.0 / 255.0]);
-        assert_eq!(p.zero_points(), &[255 - (3.0f32 / (4.0 / 255.0)).round_ties_even() as i32]);
+        assert_eq!(
+            p.zero_points(),
+            &[255 - (3.0f32 / (4.0 / 255.0)).round_ties_even() as i32]
+        );
         let y = fq.apply(&[-5.0, 10.0, 0.0], &[3]).unwrap();
         let s = 4.0f32 / 255.0;
         let zp = p.zero_points()[0];
@@ -565,7 +624,11 @@ mod tests {
     #[test]
     fn per_channel_last_axis_and_leading_axis_agree_with_scalar() {
         let scales = [0.1f32, 0.2, 0.3];
-        for (shape, axis) in [(vec![4usize, 3], 1usize), (vec![3usize, 100], 0), (vec![2, 3, 70], 1)] {
+        for (shape, axis) in [
+            (vec![4usize, 3], 1usize),
+            (vec![3usize, 100], 0),
+            (vec![2, 3, 70], 1),
+        ] {
             let fq = FakeQuant::int(-128, 127, scales.to_vec(), vec![], Some(axis)).unwrap();
             let n: usize = shape.iter().product();
             let x: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 20.0).collect();
@@ -580,7 +643,9 @@ mod tests {
 
     #[test]
     fn float16_round_trip() {
-        let y = FakeQuant::Float16.apply(&[1.0 + 1.0 / 4096.0, 65520.0, 1e-8], &[3]).unwrap();
+        let y = FakeQuant::Float16
+            .apply(&[1.0 + 1.0 / 4096.0, 65520.0, 1e-8], &[3])
+            .unwrap();
         assert_eq!(y, [1.0, f32::INFINITY, 0.0]);
     }
 }

@@ -26,10 +26,14 @@ fn int(name: &str, v: i64) -> AttributeProto {
 }
 
 fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+    let mut s = seed
+        .wrapping_mul(6_364_136_223_846_793_005)
+        .wrapping_add(1_442_695_040_888_963_407);
     (0..n)
         .map(|_| {
-            s = s.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            s = s
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
             ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
         })
         .collect()
@@ -134,7 +138,8 @@ fn case() -> impl Strategy<Value = Case> {
             p: [p.0, p.1, p.2, p.3],
         })
         .prop_filter("window fits", |c| {
-            c.h + c.p[0] + c.p[2] > (c.k[0] - 1) * c.d[0] && c.w + c.p[1] + c.p[3] > (c.k[1] - 1) * c.d[1]
+            c.h + c.p[0] + c.p[2] > (c.k[0] - 1) * c.d[0]
+                && c.w + c.p[1] + c.p[3] > (c.k[1] - 1) * c.d[1]
         })
 }
 
@@ -162,21 +167,67 @@ proptest! {
 fn conv_is_thread_count_independent() {
     let shapes = [
         // dense 3x3, pointwise with many channels, depthwise stride 2
-        Case { n: 1, cg: 32, group: 1, mg: 48, h: 70, w: 90, k: [3, 3], s: [1, 1], d: [1, 1], p: [1, 1, 1, 1] },
-        Case { n: 1, cg: 200, group: 1, mg: 300, h: 20, w: 20, k: [1, 1], s: [1, 1], d: [1, 1], p: [0, 0, 0, 0] },
-        Case { n: 2, cg: 1, group: 64, mg: 1, h: 80, w: 80, k: [5, 5], s: [2, 2], d: [1, 1], p: [2, 2, 2, 2] },
+        Case {
+            n: 1,
+            cg: 32,
+            group: 1,
+            mg: 48,
+            h: 70,
+            w: 90,
+            k: [3, 3],
+            s: [1, 1],
+            d: [1, 1],
+            p: [1, 1, 1, 1],
+        },
+        Case {
+            n: 1,
+            cg: 200,
+            group: 1,
+            mg: 300,
+            h: 20,
+            w: 20,
+            k: [1, 1],
+            s: [1, 1],
+            d: [1, 1],
+            p: [0, 0, 0, 0],
+        },
+        Case {
+            n: 2,
+            cg: 1,
+            group: 64,
+            mg: 1,
+            h: 80,
+            w: 80,
+            k: [5, 5],
+            s: [2, 2],
+            d: [1, 1],
+            p: [2, 2, 2, 2],
+        },
     ];
     for c in shapes {
         let (ci, m) = (c.cg * c.group, c.mg * c.group);
         let x = Tensor::from_f32(&[c.n, ci, c.h, c.w], values(c.n * ci * c.h * c.w, 4)).unwrap();
-        let w = Tensor::from_f32(&[m, c.cg, c.k[0], c.k[1]], values(m * c.cg * c.k[0] * c.k[1], 5)).unwrap();
+        let w = Tensor::from_f32(
+            &[m, c.cg, c.k[0], c.k[1]],
+            values(m * c.cg * c.k[0] * c.k[1], 5),
+        )
+        .unwrap();
         let b = Tensor::from_f32(&[m], values(m, 6)).unwrap();
         let run = |threads| {
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
             pool.install(|| run_conv(&c, &x, &w, &b))
         };
         let (one, three) = (run(1), run(3));
-        let bits = |t: &Tensor| t.as_f32().unwrap().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        let bits = |t: &Tensor| {
+            t.as_f32()
+                .unwrap()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect::<Vec<_>>()
+        };
         assert_eq!(bits(&one), bits(&three), "{c:?}");
     }
 }

@@ -13,7 +13,8 @@ use hmct_tensor::read_npy;
 #[test]
 #[ignore]
 fn det_forward_one_thread() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/models/rapidocr_ppocrv4_det");
+    let dir =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/models/rapidocr_ppocrv4_det");
     if !dir.is_dir() {
         eprintln!("skipped: {} not found", dir.display());
         return;
@@ -22,7 +23,11 @@ fn det_forward_one_thread() {
     let session = Session::new(plan_model(&model).unwrap(), 1).unwrap();
     let name = session.plan().inputs()[0].name.clone();
     let x = read_npy(&dir.join("calibration_data").join(&name).join("0.npy")).unwrap();
-    let run = || session.run(&[(name.as_str(), x.clone())], &Config::float()).unwrap();
+    let run = || {
+        session
+            .run(&[(name.as_str(), x.clone())], &Config::float())
+            .unwrap()
+    };
     run();
     let reps = 5;
     let t = Instant::now();

@@ -60,8 +60,18 @@ fn matches_onnxruntime_qdq_bit_for_bit() {
 #[test]
 fn symmetric_thresholds_give_onnxruntime_scales() {
     // The fixtures' "int8_per_tensor_s0.02126" case was made with scale 2.7/127.
-    let fq = FakeQuant::symmetric(QType::Int { bits: 8, signed: true }, &[2.7], None).unwrap();
-    let FakeQuant::Int(p) = fq else { panic!("int expected") };
+    let fq = FakeQuant::symmetric(
+        QType::Int {
+            bits: 8,
+            signed: true,
+        },
+        &[2.7],
+        None,
+    )
+    .unwrap();
+    let FakeQuant::Int(p) = fq else {
+        panic!("int expected")
+    };
     assert_eq!(p.scales(), &[2.7f32 / 127.0]);
     assert_eq!((p.qmin(), p.qmax()), (-128, 127));
 }
@@ -70,17 +80,39 @@ fn symmetric_thresholds_give_onnxruntime_scales() {
 fn large_tensors_split_across_threads_match_the_scalar_kernel() {
     let n = 300_001;
     let x: Vec<f32> = (0..n).map(|i| ((i as f32) * 0.001).sin() * 3.0).collect();
-    let fq = FakeQuant::symmetric(QType::Int { bits: 8, signed: true }, &[2.5], None).unwrap();
+    let fq = FakeQuant::symmetric(
+        QType::Int {
+            bits: 8,
+            signed: true,
+        },
+        &[2.5],
+        None,
+    )
+    .unwrap();
     let s = 2.5f32 / 127.0;
     let y = fq.apply(&x, &[n]).unwrap();
     for (a, b) in x.iter().zip(&y) {
-        assert_eq!(b.to_bits(), kernels::int_scalar(*a, s, -128.0, 127.0).to_bits());
+        assert_eq!(
+            b.to_bits(),
+            kernels::int_scalar(*a, s, -128.0, 127.0).to_bits()
+        );
     }
-    let pc = FakeQuant::symmetric(QType::Int { bits: 16, signed: true }, &[1.0, 2.0, 3.0], Some(0)).unwrap();
+    let pc = FakeQuant::symmetric(
+        QType::Int {
+            bits: 16,
+            signed: true,
+        },
+        &[1.0, 2.0, 3.0],
+        Some(0),
+    )
+    .unwrap();
     let y = pc.apply(&x[..300_000], &[3, 100_000]).unwrap();
     for (i, (a, b)) in x.iter().zip(&y).enumerate() {
         let s = (1 + i / 100_000) as f32 / 32767.0;
-        assert_eq!(b.to_bits(), kernels::int_scalar(*a, s, -32768.0, 32767.0).to_bits());
+        assert_eq!(
+            b.to_bits(),
+            kernels::int_scalar(*a, s, -32768.0, 32767.0).to_bits()
+        );
     }
 }
 

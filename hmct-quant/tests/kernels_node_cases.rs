@@ -47,10 +47,18 @@ fn close(got: &Tensor, want: &Tensor, rtol: f64, atol: f64) -> Result<(), String
         return Err(format!("type {} != expected {}", got.dtype(), want.dtype()));
     }
     if got.shape() != want.shape() {
-        return Err(format!("shape {:?} != expected {:?}", got.shape(), want.shape()));
+        return Err(format!(
+            "shape {:?} != expected {:?}",
+            got.shape(),
+            want.shape()
+        ));
     }
     if let (Tensor::String(g), Tensor::String(w)) = (got, want) {
-        return if g == w { Ok(()) } else { Err("strings differ".into()) };
+        return if g == w {
+            Ok(())
+        } else {
+            Err("strings differ".into())
+        };
     }
     let (g, w) = (got.to_f64_vec().unwrap(), want.to_f64_vec().unwrap());
     for (i, (&a, &b)) in g.iter().zip(&w).enumerate() {
@@ -105,7 +113,13 @@ fn run_case(dir: &Path, rtol: f64, atol: f64) -> Outcome {
         let consts: Vec<Option<&Tensor>> = node
             .input
             .iter()
-            .map(|n| graph.initializer.iter().any(|i| i.name() == n).then(|| &values[n]))
+            .map(|n| {
+                graph
+                    .initializer
+                    .iter()
+                    .any(|i| i.name() == n)
+                    .then(|| &values[n])
+            })
             .collect();
         let spec = NodeSpec {
             name: node.name(),
@@ -120,7 +134,9 @@ fn run_case(dir: &Path, rtol: f64, atol: f64) -> Outcome {
         };
         let kernel = match build_kernel(&spec) {
             Ok(k) => k,
-            Err(OpError::Unsupported(m)) => return Outcome::Unsupported(format!("{}: {m}", node.op_type())),
+            Err(OpError::Unsupported(m)) => {
+                return Outcome::Unsupported(format!("{}: {m}", node.op_type()));
+            }
             Err(e) => return Outcome::Fail(format!("{} build: {e}", node.op_type())),
         };
         let mut args = Vec::new();
@@ -130,13 +146,20 @@ fn run_case(dir: &Path, rtol: f64, atol: f64) -> Outcome {
             } else {
                 match values.get(n) {
                     Some(t) => args.push(Some(t)),
-                    None => return Outcome::Fail(format!("{}: input {n} never produced", node.op_type())),
+                    None => {
+                        return Outcome::Fail(format!(
+                            "{}: input {n} never produced",
+                            node.op_type()
+                        ));
+                    }
                 }
             }
         }
         let outs = match kernel.run(&args) {
             Ok(o) => o,
-            Err(OpError::Unsupported(m)) => return Outcome::Unsupported(format!("{}: {m}", node.op_type())),
+            Err(OpError::Unsupported(m)) => {
+                return Outcome::Unsupported(format!("{}: {m}", node.op_type()));
+            }
             Err(e) => return Outcome::Fail(format!("{} run: {e}", node.op_type())),
         };
         for (name, t) in node.output.iter().zip(outs) {
@@ -167,7 +190,13 @@ fn run_case(dir: &Path, rtol: f64, atol: f64) -> Outcome {
 fn ops_of(dir: &Path) -> Option<Vec<String>> {
     let b = std::fs::read(dir.join("model.onnx")).ok()?;
     let m = ModelProto::decode(b.as_slice()).ok()?;
-    Some(m.graph?.node.iter().map(|n| n.op_type().to_string()).collect())
+    Some(
+        m.graph?
+            .node
+            .iter()
+            .map(|n| n.op_type().to_string())
+            .collect(),
+    )
 }
 
 #[test]
@@ -191,7 +220,9 @@ fn node_cases_of_compute_kernels() {
 
     let mut dirs: Vec<(String, PathBuf)> = Vec::new();
     for suite in ["node", "pytorch-converted", "pytorch-operator", "simple"] {
-        let Ok(rd) = std::fs::read_dir(root.join(suite)) else { continue };
+        let Ok(rd) = std::fs::read_dir(root.join(suite)) else {
+            continue;
+        };
         for e in rd.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             dirs.push((format!("{suite}/{name}"), e.path()));
@@ -238,7 +269,15 @@ fn node_cases_of_compute_kernels() {
     for m in &must_missed {
         eprintln!("REQUIRED {m}");
     }
-    eprintln!("{pass} pass, {} fail, {} unsupported", fail.len(), unsup.len());
+    eprintln!(
+        "{pass} pass, {} fail, {} unsupported",
+        fail.len(),
+        unsup.len()
+    );
     assert!(fail.is_empty(), "{} cases fail", fail.len());
-    assert!(must_missed.is_empty(), "{} required cases not supported", must_missed.len());
+    assert!(
+        must_missed.is_empty(),
+        "{} required cases not supported",
+        must_missed.len()
+    );
 }

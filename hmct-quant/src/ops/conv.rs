@@ -51,7 +51,9 @@ fn positive_list(spec: &NodeSpec, name: &str) -> Result<Option<Vec<usize>>, OpEr
         None => Ok(None),
         Some(v) => {
             if v.iter().any(|&x| x < 1) {
-                return Err(OpError::invalid(format!("{name} must be positive, got {v:?}")));
+                return Err(OpError::invalid(format!(
+                    "{name} must be positive, got {v:?}"
+                )));
             }
             Ok(Some(v.into_iter().map(|x| x as usize).collect()))
         }
@@ -88,21 +90,35 @@ impl WindowAttrs {
         })
     }
 
-    fn per_dim(v: &Option<Vec<usize>>, n: usize, name: &str, default: usize) -> Result<Vec<usize>, OpError> {
+    fn per_dim(
+        v: &Option<Vec<usize>>,
+        n: usize,
+        name: &str,
+        default: usize,
+    ) -> Result<Vec<usize>, OpError> {
         match v {
             None => Ok(vec![default; n]),
             Some(v) if v.len() == n => Ok(v.clone()),
-            Some(v) => Err(OpError::invalid(format!("{name} {v:?} does not have {n} values"))),
+            Some(v) => Err(OpError::invalid(format!(
+                "{name} {v:?} does not have {n} values"
+            ))),
         }
     }
 
     /// Resolves the window over `input` spatial dims for a kernel of `kernel` dims.
     /// `ceil_mode` rounds the output size up (pools), dropping a last window that
     /// would start inside the end padding.
-    pub fn resolve(&self, input: &[usize], kernel: &[usize], ceil_mode: bool) -> Result<Window, OpError> {
+    pub fn resolve(
+        &self,
+        input: &[usize],
+        kernel: &[usize],
+        ceil_mode: bool,
+    ) -> Result<Window, OpError> {
         let n = input.len();
         if kernel.len() != n {
-            return Err(OpError::invalid(format!("kernel {kernel:?} does not match input dims {input:?}")));
+            return Err(OpError::invalid(format!(
+                "kernel {kernel:?} does not match input dims {input:?}"
+            )));
         }
         let stride = Self::per_dim(&self.strides, n, "strides", 1)?;
         let dil = Self::per_dim(&self.dilations, n, "dilations", 1)?;
@@ -127,7 +143,10 @@ impl WindowAttrs {
                 AutoPad::NotSet => {
                     if let Some(p) = &self.pads {
                         if p.len() != 2 * n {
-                            return Err(OpError::invalid(format!("pads {p:?} do not have {} values", 2 * n)));
+                            return Err(OpError::invalid(format!(
+                                "pads {p:?} do not have {} values",
+                                2 * n
+                            )));
                         }
                         pad_begin[i] = p[i];
                         pad_end[i] = p[i + n];
@@ -189,7 +208,9 @@ impl Win3 {
     pub fn new(input: &[usize], w: &Window) -> Result<Win3, OpError> {
         let n = input.len();
         if n == 0 || n > 3 {
-            return Err(OpError::unsupported(format!("{n} spatial dimensions (1 to 3 are implemented)")));
+            return Err(OpError::unsupported(format!(
+                "{n} spatial dimensions (1 to 3 are implemented)"
+            )));
         }
         let lift = |v: &[usize], fill: usize| {
             let mut a = [fill; 3];
@@ -229,7 +250,11 @@ impl Win3 {
         let off = (k * self.dil[2]) as isize - self.pad[2];
         let lo = if off >= 0 { 0 } else { ((-off) + s - 1) / s };
         let w = self.input[2] as isize;
-        let hi = if w - off > 0 { (w - off + s - 1) / s } else { 0 };
+        let hi = if w - off > 0 {
+            (w - off + s - 1) / s
+        } else {
+            0
+        };
         let hi = hi.min(self.out[2] as isize).max(0);
         let lo = lo.min(hi);
         (lo as usize, hi as usize, off)
@@ -281,7 +306,10 @@ impl ConvKernel {
         let int_f64 = |t: &Tensor, what: &str| -> Result<Vec<f64>, OpError> {
             match t {
                 Tensor::U8(_) | Tensor::I8(_) => Ok(t.to_f64_vec().unwrap_or_default()),
-                other => Err(OpError::unsupported(format!("ConvInteger {what} of type {}", other.dtype()))),
+                other => Err(OpError::unsupported(format!(
+                    "ConvInteger {what} of type {}",
+                    other.dtype()
+                ))),
             }
         };
         let mut xv = int_f64(x, "input")?;
@@ -304,10 +332,21 @@ impl ConvKernel {
                     chunk.iter_mut().for_each(|v| *v -= z[c]);
                 }
             } else {
-                return Err(OpError::invalid(format!("w_zero_point of {} values for {m} channels", z.len())));
+                return Err(OpError::invalid(format!(
+                    "w_zero_point of {} values for {m} channels",
+                    z.len()
+                )));
             }
         }
-        let (y, shape) = conv_nd::<f64>(&xv, x.shape(), &wv, w.shape(), None, &self.attrs, self.group)?;
+        let (y, shape) = conv_nd::<f64>(
+            &xv,
+            x.shape(),
+            &wv,
+            w.shape(),
+            None,
+            &self.attrs,
+            self.group,
+        )?;
         let y: Vec<i32> = y.into_iter().map(|v| v as i32).collect();
         Ok(vec![Tensor::I32(shaped(shape, y)?)])
     }
@@ -328,7 +367,15 @@ impl Kernel for ConvKernel {
                     Some(Tensor::F32(ba)) => Some(contiguous(ba)),
                     Some(o) => return Err(OpError::invalid(format!("bias of type {}", o.dtype()))),
                 };
-                let (y, s) = conv_nd(&contiguous(xa), xa.shape(), &contiguous(wa), wa.shape(), bias.as_deref(), &self.attrs, self.group)?;
+                let (y, s) = conv_nd(
+                    &contiguous(xa),
+                    xa.shape(),
+                    &contiguous(wa),
+                    wa.shape(),
+                    bias.as_deref(),
+                    &self.attrs,
+                    self.group,
+                )?;
                 Ok(vec![Tensor::F32(shaped(s, y)?)])
             }
             (Tensor::F64(xa), Tensor::F64(wa)) => {
@@ -337,7 +384,15 @@ impl Kernel for ConvKernel {
                     Some(Tensor::F64(ba)) => Some(contiguous(ba)),
                     Some(o) => return Err(OpError::invalid(format!("bias of type {}", o.dtype()))),
                 };
-                let (y, s) = conv_nd(&contiguous(xa), xa.shape(), &contiguous(wa), wa.shape(), bias.as_deref(), &self.attrs, self.group)?;
+                let (y, s) = conv_nd(
+                    &contiguous(xa),
+                    xa.shape(),
+                    &contiguous(wa),
+                    wa.shape(),
+                    bias.as_deref(),
+                    &self.attrs,
+                    self.group,
+                )?;
                 Ok(vec![Tensor::F64(shaped(s, y)?)])
             }
             (Tensor::F16(xa), Tensor::F16(wa)) => {
@@ -347,10 +402,25 @@ impl Kernel for ConvKernel {
                     Some(Tensor::F16(ba)) => Some(up(ba)),
                     Some(o) => return Err(OpError::invalid(format!("bias of type {}", o.dtype()))),
                 };
-                let (y, s) = conv_nd(&up(xa), xa.shape(), &up(wa), wa.shape(), bias.as_deref(), &self.attrs, self.group)?;
-                Ok(vec![Tensor::F16(shaped(s, y.into_iter().map(f16::from_f32).collect())?)])
+                let (y, s) = conv_nd(
+                    &up(xa),
+                    xa.shape(),
+                    &up(wa),
+                    wa.shape(),
+                    bias.as_deref(),
+                    &self.attrs,
+                    self.group,
+                )?;
+                Ok(vec![Tensor::F16(shaped(
+                    s,
+                    y.into_iter().map(f16::from_f32).collect(),
+                )?)])
             }
-            _ => Err(OpError::unsupported(format!("Conv on {} input and {} weight", x.dtype(), w.dtype()))),
+            _ => Err(OpError::unsupported(format!(
+                "Conv on {} input and {} weight",
+                x.dtype(),
+                w.dtype()
+            ))),
         }
     }
 }
@@ -374,7 +444,9 @@ pub(crate) fn conv_nd<T: Scalar>(
     group: usize,
 ) -> Result<(Vec<T>, Vec<usize>), OpError> {
     if xs.len() < 3 || ws.len() != xs.len() {
-        return Err(OpError::invalid(format!("Conv input {xs:?} and weight {ws:?}")));
+        return Err(OpError::invalid(format!(
+            "Conv input {xs:?} and weight {ws:?}"
+        )));
     }
     let (n, c) = (xs[0], xs[1]);
     let (m, cg) = (ws[0], ws[1]);
@@ -387,12 +459,17 @@ pub(crate) fn conv_nd<T: Scalar>(
     if let Some(ks) = &attrs.kernel_shape
         && ks.as_slice() != kernel
     {
-        return Err(OpError::invalid(format!("kernel_shape {ks:?} but weight {ws:?}")));
+        return Err(OpError::invalid(format!(
+            "kernel_shape {ks:?} but weight {ws:?}"
+        )));
     }
     if let Some(b) = bias
         && b.len() != m
     {
-        return Err(OpError::invalid(format!("bias of {} values for {m} channels", b.len())));
+        return Err(OpError::invalid(format!(
+            "bias of {} values for {m} channels",
+            b.len()
+        )));
     }
     let win = attrs.resolve(&xs[2..], kernel, false)?;
     let g3 = Win3::new(&xs[2..], &win)?;
@@ -415,7 +492,8 @@ pub(crate) fn conv_nd<T: Scalar>(
         return Ok((y, shape));
     }
     let accumulate = bias.is_some();
-    let pointwise = k_vol == 1 && g3.stride == [1, 1, 1] && g3.pad == [0, 0, 0] && g3.out == g3.input;
+    let pointwise =
+        k_vol == 1 && g3.stride == [1, 1, 1] && g3.pad == [0, 0, 0] && g3.out == g3.input;
     let (row_len, rows) = if pointwise {
         (1, out_vol)
     } else {
@@ -432,7 +510,11 @@ pub(crate) fn conv_nd<T: Scalar>(
     let chunks = rows.div_ceil(rows_per_task);
     // Pointwise convs with many output channels also split channels (no im2col to
     // repeat), so small feature maps still give parallel work.
-    let m_block = if pointwise && mg > 2 * M_BLOCK { M_BLOCK } else { mg };
+    let m_block = if pointwise && mg > 2 * M_BLOCK {
+        M_BLOCK
+    } else {
+        mg
+    };
     let m_chunks = mg.div_ceil(m_block);
     let yp = SendPtr(y.as_mut_ptr());
     let run_task = |buf: &mut Vec<T>, t: usize| {
@@ -537,9 +619,13 @@ fn depthwise<T: Scalar>(x: &[T], w: &[T], y: &mut [T], g: &Win3, m: usize, mg: u
     };
     if y.len() * k_vol < (1 << 18) {
         let mut buf = Vec::new();
-        y.chunks_mut(out_vol).enumerate().for_each(|p| plane(&mut buf, p));
+        y.chunks_mut(out_vol)
+            .enumerate()
+            .for_each(|p| plane(&mut buf, p));
     } else {
-        y.par_chunks_mut(out_vol).enumerate().for_each_init(Vec::new, plane);
+        y.par_chunks_mut(out_vol)
+            .enumerate()
+            .for_each_init(Vec::new, plane);
     }
 }
 
@@ -574,7 +660,9 @@ fn dw_plane<T: Scalar>(xc: &[T], wk: &[T], out: &mut [T], g: &Win3, phases: &mut
             for a in 0..kd {
                 let Some(id) = g.src(0, od, a) else { continue };
                 for bb in 0..kh {
-                    let Some(ihh) = g.src(1, oh, bb) else { continue };
+                    let Some(ihh) = g.src(1, oh, bb) else {
+                        continue;
+                    };
                     let r = id * ih + ihh;
                     for cc in 0..kw {
                         let wv = wk[(a * kh + bb) * kw + cc];
@@ -613,7 +701,9 @@ impl ConvTransposeKernel {
         let nonneg = |name: &str| -> Result<Option<Vec<usize>>, OpError> {
             match spec.attrs.ints(name)? {
                 None => Ok(None),
-                Some(v) if v.iter().all(|&x| x >= 0) => Ok(Some(v.into_iter().map(|x| x as usize).collect())),
+                Some(v) if v.iter().all(|&x| x >= 0) => {
+                    Ok(Some(v.into_iter().map(|x| x as usize).collect()))
+                }
                 Some(v) => Err(OpError::invalid(format!("{name} {v:?}"))),
             }
         };
@@ -626,24 +716,39 @@ impl ConvTransposeKernel {
     }
 
     /// Begin/end pads and output size per spatial dim, following the ONNX reference.
-    fn geometry(&self, input: &[usize], kernel: &[usize]) -> Result<(Vec<isize>, Vec<usize>, Window), OpError> {
+    fn geometry(
+        &self,
+        input: &[usize],
+        kernel: &[usize],
+    ) -> Result<(Vec<isize>, Vec<usize>, Window), OpError> {
         let n = input.len();
         let stride = WindowAttrs::per_dim(&self.attrs.strides, n, "strides", 1)?;
         let dil = WindowAttrs::per_dim(&self.attrs.dilations, n, "dilations", 1)?;
         let opad = WindowAttrs::per_dim(&self.output_padding, n, "output_padding", 0)?;
-        let oshape = self.output_shape.as_ref().map(|s| s[s.len().saturating_sub(n)..].to_vec());
+        let oshape = self
+            .output_shape
+            .as_ref()
+            .map(|s| s[s.len().saturating_sub(n)..].to_vec());
         if let Some(s) = &oshape
             && s.len() != n
         {
-            return Err(OpError::invalid(format!("output_shape {s:?} for {n} spatial dims")));
+            return Err(OpError::invalid(format!(
+                "output_shape {s:?} for {n} spatial dims"
+            )));
         }
         let full: Vec<isize> = (0..n)
-            .map(|i| (stride[i] * (input[i].max(1) - 1) + opad[i] + (kernel[i] - 1) * dil[i] + 1) as isize)
+            .map(|i| {
+                (stride[i] * (input[i].max(1) - 1) + opad[i] + (kernel[i] - 1) * dil[i] + 1)
+                    as isize
+            })
             .collect();
         let mut pb = vec![0isize; n];
         let mut out = vec![0usize; n];
         let same = matches!(self.attrs.auto_pad, AutoPad::SameUpper | AutoPad::SameLower);
-        if self.attrs.pads.is_some() && !same || (self.attrs.auto_pad == AutoPad::NotSet && oshape.is_none()) || self.attrs.auto_pad == AutoPad::Valid {
+        if self.attrs.pads.is_some() && !same
+            || (self.attrs.auto_pad == AutoPad::NotSet && oshape.is_none())
+            || self.attrs.auto_pad == AutoPad::Valid
+        {
             let p = match (&self.attrs.pads, self.attrs.auto_pad) {
                 (Some(p), AutoPad::NotSet) => p.clone(),
                 _ => vec![0; 2 * n],
@@ -671,7 +776,11 @@ impl ConvTransposeKernel {
             for i in 0..n {
                 let total = full[i] - target[i] as isize;
                 let half = total.div_euclid(2);
-                pb[i] = if self.attrs.auto_pad == AutoPad::SameUpper { half } else { total - half };
+                pb[i] = if self.attrs.auto_pad == AutoPad::SameUpper {
+                    half
+                } else {
+                    total - half
+                };
                 out[i] = target[i];
             }
         }
@@ -686,28 +795,44 @@ impl ConvTransposeKernel {
         Ok((pb, win.out.clone(), win))
     }
 
-    fn run_typed<T: Scalar>(&self, x: &[T], xs: &[usize], w: &[T], ws: &[usize], bias: Option<&[T]>) -> Result<(Vec<T>, Vec<usize>), OpError> {
+    fn run_typed<T: Scalar>(
+        &self,
+        x: &[T],
+        xs: &[usize],
+        w: &[T],
+        ws: &[usize],
+        bias: Option<&[T]>,
+    ) -> Result<(Vec<T>, Vec<usize>), OpError> {
         if xs.len() < 3 || ws.len() != xs.len() {
-            return Err(OpError::invalid(format!("ConvTranspose input {xs:?} and weight {ws:?}")));
+            return Err(OpError::invalid(format!(
+                "ConvTranspose input {xs:?} and weight {ws:?}"
+            )));
         }
         let group = self.group;
         let (n, c) = (xs[0], xs[1]);
         let (wc, mg) = (ws[0], ws[1]);
         if wc != c || c % group != 0 {
-            return Err(OpError::invalid(format!("ConvTranspose input {xs:?}, weight {ws:?}, group {group}")));
+            return Err(OpError::invalid(format!(
+                "ConvTranspose input {xs:?}, weight {ws:?}, group {group}"
+            )));
         }
         let kernel = &ws[2..];
         if let Some(ks) = &self.attrs.kernel_shape
             && ks.as_slice() != kernel
         {
-            return Err(OpError::invalid(format!("kernel_shape {ks:?} but weight {ws:?}")));
+            return Err(OpError::invalid(format!(
+                "kernel_shape {ks:?} but weight {ws:?}"
+            )));
         }
         let m = mg * group;
         let cg = c / group;
         if let Some(b) = bias
             && b.len() != m
         {
-            return Err(OpError::invalid(format!("bias of {} values for {m} channels", b.len())));
+            return Err(OpError::invalid(format!(
+                "bias of {} values for {m} channels",
+                b.len()
+            )));
         }
         let (pb, out, win) = self.geometry(&xs[2..], kernel)?;
         // Reuse Win3 with the roles of input and output swapped: `src(a, i, k)` maps an
@@ -751,7 +876,12 @@ impl ConvTransposeKernel {
                     let cols = &*cols;
                     let yb = &mut y[(b * m + gi * mg) * out_vol..][..mg * out_vol];
                     let col2im = |(mo, plane): (usize, &mut [T])| {
-                        col2im_plane(&cols[mo * k_vol * in_vol..][..k_vol * in_vol], plane, &g3, xin);
+                        col2im_plane(
+                            &cols[mo * k_vol * in_vol..][..k_vol * in_vol],
+                            plane,
+                            &g3,
+                            xin,
+                        );
                     };
                     if yb.len() * k_vol < (1 << 18) {
                         yb.chunks_mut(out_vol).enumerate().for_each(col2im);
@@ -781,7 +911,11 @@ fn col2im_plane<T: Scalar>(cols: &[T], plane: &mut [T], g: &Win3, xin: [usize; 3
                 k += 1;
                 let off = (cc * g.dil[2]) as isize - g.pad[2];
                 // Input columns whose target `iw * s + off` lies inside the output row.
-                let lo = if off >= 0 { 0 } else { ((-off + s - 1) / s) as usize };
+                let lo = if off >= 0 {
+                    0
+                } else {
+                    ((-off + s - 1) / s) as usize
+                };
                 let hi = (((ow_n as isize - off) + s - 1) / s).clamp(0, iw_n as isize) as usize;
                 if lo >= hi {
                     continue;
@@ -821,7 +955,13 @@ impl Kernel for ConvTransposeKernel {
                     Some(Tensor::F32(ba)) => Some(contiguous(ba)),
                     Some(o) => return Err(OpError::invalid(format!("bias of type {}", o.dtype()))),
                 };
-                let (y, s) = self.run_typed(&contiguous(xa), xa.shape(), &contiguous(wa), wa.shape(), bias.as_deref())?;
+                let (y, s) = self.run_typed(
+                    &contiguous(xa),
+                    xa.shape(),
+                    &contiguous(wa),
+                    wa.shape(),
+                    bias.as_deref(),
+                )?;
                 Ok(vec![Tensor::F32(shaped(s, y)?)])
             }
             (Tensor::F64(xa), Tensor::F64(wa)) => {
@@ -830,7 +970,13 @@ impl Kernel for ConvTransposeKernel {
                     Some(Tensor::F64(ba)) => Some(contiguous(ba)),
                     Some(o) => return Err(OpError::invalid(format!("bias of type {}", o.dtype()))),
                 };
-                let (y, s) = self.run_typed(&contiguous(xa), xa.shape(), &contiguous(wa), wa.shape(), bias.as_deref())?;
+                let (y, s) = self.run_typed(
+                    &contiguous(xa),
+                    xa.shape(),
+                    &contiguous(wa),
+                    wa.shape(),
+                    bias.as_deref(),
+                )?;
                 Ok(vec![Tensor::F64(shaped(s, y)?)])
             }
             _ => Err(OpError::unsupported(format!(

@@ -63,11 +63,19 @@ pub(crate) struct MatRef<'a, T> {
 impl<'a, T> MatRef<'a, T> {
     /// A row-major matrix with `cols` columns.
     pub fn row_major(data: &'a [T], cols: usize) -> Self {
-        MatRef { data, rs: cols, cs: 1 }
+        MatRef {
+            data,
+            rs: cols,
+            cs: 1,
+        }
     }
     /// The transpose of a row-major matrix with `cols` columns.
     pub fn transposed(data: &'a [T], cols: usize) -> Self {
-        MatRef { data, rs: 1, cs: cols }
+        MatRef {
+            data,
+            rs: 1,
+            cs: cols,
+        }
     }
     fn covers(&self, rows: usize, cols: usize) -> bool {
         rows == 0 || cols == 0 || (rows - 1) * self.rs + (cols - 1) * self.cs < self.data.len()
@@ -210,7 +218,19 @@ pub(crate) fn gemm<T: Scalar>(
         let cp = cp;
         // SAFETY: tiles are disjoint blocks of `c`, whose bounds were checked above;
         // `at`/`bt` are sub-views of checked matrices.
-        unsafe { gemm_raw(mi, nj, k, at, bt, cp.0.add(i0 * ldc + j0), ldc, accumulate, alpha) };
+        unsafe {
+            gemm_raw(
+                mi,
+                nj,
+                k,
+                at,
+                bt,
+                cp.0.add(i0 * ldc + j0),
+                ldc,
+                accumulate,
+                alpha,
+            )
+        };
     });
 }
 
@@ -235,14 +255,31 @@ mod tests {
     #[test]
     fn tiled_matches_naive_and_is_thread_count_independent() {
         let (m, n, k) = (300, 530, 70);
-        let a: Vec<f32> = (0..m * k).map(|i| ((i * 7919) % 101) as f32 / 50.0 - 1.0).collect();
-        let b: Vec<f32> = (0..k * n).map(|i| ((i * 104_729) % 97) as f32 / 48.0 - 1.0).collect();
+        let a: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 7919) % 101) as f32 / 50.0 - 1.0)
+            .collect();
+        let b: Vec<f32> = (0..k * n)
+            .map(|i| ((i * 104_729) % 97) as f32 / 48.0 - 1.0)
+            .collect();
         let want = naive(m, n, k, &a, &b);
         let run = |threads: usize| {
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
             let mut c = vec![0.0f32; m * n];
             pool.install(|| {
-                gemm(m, n, k, MatRef::row_major(&a, k), MatRef::row_major(&b, n), &mut c, n, false, 1.0)
+                gemm(
+                    m,
+                    n,
+                    k,
+                    MatRef::row_major(&a, k),
+                    MatRef::row_major(&b, n),
+                    &mut c,
+                    n,
+                    false,
+                    1.0,
+                )
             });
             c
         };
@@ -255,7 +292,17 @@ mod tests {
         // Transposed operands and accumulation.
         let at: Vec<f32> = (0..k * m).map(|i| a[(i % m) * k + i / m]).collect();
         let mut c = vec![1.0f32; m * n];
-        gemm(m, n, k, MatRef::transposed(&at, m), MatRef::row_major(&b, n), &mut c, n, true, 2.0);
+        gemm(
+            m,
+            n,
+            k,
+            MatRef::transposed(&at, m),
+            MatRef::row_major(&b, n),
+            &mut c,
+            n,
+            true,
+            2.0,
+        );
         for (x, y) in c.iter().zip(&want) {
             assert!((x - (1.0 + 2.0 * y)).abs() < 2e-3);
         }

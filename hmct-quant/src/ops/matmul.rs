@@ -68,7 +68,12 @@ fn batch_offsets(dims: &[usize], out: &[usize], mat: usize) -> Vec<usize> {
 
 /// Numpy `matmul` semantics on row-major data: 1-D operands are promoted and the
 /// promoted axis removed from the result; batch dims broadcast.
-pub(crate) fn matmul_nd<T: Scalar>(a: &[T], ash: &[usize], b: &[T], bsh: &[usize]) -> Result<(Vec<T>, Vec<usize>), OpError> {
+pub(crate) fn matmul_nd<T: Scalar>(
+    a: &[T],
+    ash: &[usize],
+    b: &[T],
+    bsh: &[usize],
+) -> Result<(Vec<T>, Vec<usize>), OpError> {
     if ash.is_empty() || bsh.is_empty() {
         return Err(OpError::invalid("MatMul of a scalar"));
     }
@@ -103,20 +108,50 @@ pub(crate) fn matmul_nd<T: Scalar>(a: &[T], ash: &[usize], b: &[T], bsh: &[usize
     if b_batch == 1 && a_shape[..ra - 2].iter().product::<usize>() == nb {
         // A shared B: fold A's batch into its rows, one big product.
         let rows = nb * m;
-        gu::gemm(rows, n, k, MatRef::row_major(a, k), MatRef::row_major(b, n), &mut y, n, false, T::one());
+        gu::gemm(
+            rows,
+            n,
+            k,
+            MatRef::row_major(a, k),
+            MatRef::row_major(b, n),
+            &mut y,
+            n,
+            false,
+            T::one(),
+        );
         return Ok((y, out_shape));
     }
     let ao = batch_offsets(&a_shape[..ra - 2], &batch, m * k);
     let bo = batch_offsets(&b_shape[..rb - 2], &batch, k * n);
     let one = |(i, c): (usize, &mut [T])| {
-        gu::gemm_serial(m, n, k, MatRef::row_major(&a[ao[i]..], k), MatRef::row_major(&b[bo[i]..], n), c, n, false, T::one());
+        gu::gemm_serial(
+            m,
+            n,
+            k,
+            MatRef::row_major(&a[ao[i]..], k),
+            MatRef::row_major(&b[bo[i]..], n),
+            c,
+            n,
+            false,
+            T::one(),
+        );
     };
     if nb >= 4 && nb * m * n * k >= (1 << 20) {
         y.par_chunks_mut(m * n).enumerate().for_each(one);
     } else if nb * m * n * k >= (1 << 20) {
         for i in 0..nb {
             let c = &mut y[i * m * n..][..m * n];
-            gu::gemm(m, n, k, MatRef::row_major(&a[ao[i]..], k), MatRef::row_major(&b[bo[i]..], n), c, n, false, T::one());
+            gu::gemm(
+                m,
+                n,
+                k,
+                MatRef::row_major(&a[ao[i]..], k),
+                MatRef::row_major(&b[bo[i]..], n),
+                c,
+                n,
+                false,
+                T::one(),
+            );
         }
     } else {
         y.chunks_mut(m * n).enumerate().for_each(one);
@@ -125,7 +160,11 @@ pub(crate) fn matmul_nd<T: Scalar>(a: &[T], ash: &[usize], b: &[T], bsh: &[usize
 }
 
 /// Integer MatMul with wrapping arithmetic (shape math, rarely hot).
-fn matmul_int<T: Copy + Into<i128>>(a: &ArrayD<T>, b: &ArrayD<T>, back: impl Fn(i128) -> T) -> Result<ArrayD<T>, OpError> {
+fn matmul_int<T: Copy + Into<i128>>(
+    a: &ArrayD<T>,
+    b: &ArrayD<T>,
+    back: impl Fn(i128) -> T,
+) -> Result<ArrayD<T>, OpError> {
     let (mut ash, mut bsh) = (a.shape().to_vec(), b.shape().to_vec());
     if ash.is_empty() || bsh.is_empty() {
         return Err(OpError::invalid("MatMul of a scalar"));
@@ -139,7 +178,11 @@ fn matmul_int<T: Copy + Into<i128>>(a: &ArrayD<T>, b: &ArrayD<T>, back: impl Fn(
     let (ra, rb) = (ash.len(), bsh.len());
     let (m, k, n) = (ash[ra - 2], ash[ra - 1], bsh[rb - 1]);
     if bsh[rb - 2] != k {
-        return Err(OpError::invalid(format!("MatMul of {:?} and {:?}", a.shape(), b.shape())));
+        return Err(OpError::invalid(format!(
+            "MatMul of {:?} and {:?}",
+            a.shape(),
+            b.shape()
+        )));
     }
     let batch = broadcast_shapes(&ash[..ra - 2], &bsh[..rb - 2])?;
     let mut shape = batch.clone();
@@ -159,7 +202,11 @@ fn matmul_int<T: Copy + Into<i128>>(a: &ArrayD<T>, b: &ArrayD<T>, back: impl Fn(
             for j in 0..n {
                 let mut s: i128 = 0;
                 for p in 0..k {
-                    s = s.wrapping_add(av[oa + i * k + p].into().wrapping_mul(bv[ob + p * n + j].into()));
+                    s = s.wrapping_add(
+                        av[oa + i * k + p]
+                            .into()
+                            .wrapping_mul(bv[ob + p * n + j].into()),
+                    );
                 }
                 out.push(back(s));
             }
@@ -194,7 +241,11 @@ pub(crate) fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor, OpError> {
         (Tensor::U32(x), Tensor::U32(y)) => Tensor::U32(matmul_int(x, y, |v| v as u32)?),
         (Tensor::U64(x), Tensor::U64(y)) => Tensor::U64(matmul_int(x, y, |v| v as u64)?),
         _ => {
-            return Err(OpError::unsupported(format!("MatMul of {} and {}", a.dtype(), b.dtype())));
+            return Err(OpError::unsupported(format!(
+                "MatMul of {} and {}",
+                a.dtype(),
+                b.dtype()
+            )));
         }
     })
 }
@@ -203,7 +254,10 @@ pub(crate) fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor, OpError> {
 fn int8_values(t: &Tensor, what: &str) -> Result<Vec<f64>, OpError> {
     match t {
         Tensor::U8(_) | Tensor::I8(_) => Ok(t.to_f64_vec().unwrap_or_default()),
-        other => Err(OpError::unsupported(format!("{what} of type {}", other.dtype()))),
+        other => Err(OpError::unsupported(format!(
+            "{what} of type {}",
+            other.dtype()
+        ))),
     }
 }
 
@@ -217,7 +271,11 @@ fn matmul_integer(inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
     let (ash, bsh) = (a.shape(), b.shape());
     if let Some(z) = inputs.get(2).copied().flatten() {
         let z = int8_values(z, "a_zero_point")?;
-        let m = if ash.len() >= 2 { ash[ash.len() - 2] } else { 1 };
+        let m = if ash.len() >= 2 {
+            ash[ash.len() - 2]
+        } else {
+            1
+        };
         let k = *ash.last().unwrap_or(&1);
         if z.len() == 1 {
             av.iter_mut().for_each(|v| *v -= z[0]);
@@ -227,7 +285,10 @@ fn matmul_integer(inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
                 *v -= z[(i / k.max(1)) % m];
             }
         } else {
-            return Err(OpError::invalid(format!("a_zero_point of {} values", z.len())));
+            return Err(OpError::invalid(format!(
+                "a_zero_point of {} values",
+                z.len()
+            )));
         }
     }
     if let Some(z) = inputs.get(3).copied().flatten() {
@@ -240,11 +301,17 @@ fn matmul_integer(inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
                 *v -= z[i % n];
             }
         } else {
-            return Err(OpError::invalid(format!("b_zero_point of {} values", z.len())));
+            return Err(OpError::invalid(format!(
+                "b_zero_point of {} values",
+                z.len()
+            )));
         }
     }
     let (y, s) = matmul_nd::<f64>(&av, ash, &bv, bsh)?;
-    Ok(vec![Tensor::I32(shaped(s, y.into_iter().map(|v| v as i32).collect())?)])
+    Ok(vec![Tensor::I32(shaped(
+        s,
+        y.into_iter().map(|v| v as i32).collect(),
+    )?)])
 }
 
 struct GemmKernel {
@@ -277,12 +344,24 @@ impl GemmKernel {
         beta: T,
     ) -> Result<(Vec<T>, Vec<usize>), OpError> {
         if ash.len() != 2 || bsh.len() != 2 {
-            return Err(OpError::invalid(format!("Gemm operands {ash:?} and {bsh:?} must be 2-D")));
+            return Err(OpError::invalid(format!(
+                "Gemm operands {ash:?} and {bsh:?} must be 2-D"
+            )));
         }
-        let (m, k) = if self.trans_a { (ash[1], ash[0]) } else { (ash[0], ash[1]) };
-        let (k2, n) = if self.trans_b { (bsh[1], bsh[0]) } else { (bsh[0], bsh[1]) };
+        let (m, k) = if self.trans_a {
+            (ash[1], ash[0])
+        } else {
+            (ash[0], ash[1])
+        };
+        let (k2, n) = if self.trans_b {
+            (bsh[1], bsh[0])
+        } else {
+            (bsh[0], bsh[1])
+        };
         if k != k2 {
-            return Err(OpError::invalid(format!("Gemm operands {ash:?} and {bsh:?} do not fit")));
+            return Err(OpError::invalid(format!(
+                "Gemm operands {ash:?} and {bsh:?} do not fit"
+            )));
         }
         let mut y = vec![T::zero(); m * n];
         let mut accumulate = false;
@@ -291,7 +370,9 @@ impl GemmKernel {
         {
             let full = broadcast_shapes(csh, &[m, n])?;
             if full != [m, n] {
-                return Err(OpError::invalid(format!("Gemm C {csh:?} does not broadcast to [{m}, {n}]")));
+                return Err(OpError::invalid(format!(
+                    "Gemm C {csh:?} does not broadcast to [{m}, {n}]"
+                )));
             }
             let (cm, cn) = match csh.len() {
                 0 => (1, 1),
@@ -306,8 +387,16 @@ impl GemmKernel {
             }
             accumulate = true;
         }
-        let am = if self.trans_a { MatRef::transposed(a, m) } else { MatRef::row_major(a, k) };
-        let bm = if self.trans_b { MatRef::transposed(b, k) } else { MatRef::row_major(b, n) };
+        let am = if self.trans_a {
+            MatRef::transposed(a, m)
+        } else {
+            MatRef::row_major(a, k)
+        };
+        let bm = if self.trans_b {
+            MatRef::transposed(b, k)
+        } else {
+            MatRef::row_major(b, n)
+        };
         gu::gemm(m, n, k, am, bm, &mut y, n, accumulate, alpha);
         Ok((y, vec![m, n]))
     }
@@ -323,7 +412,9 @@ impl Kernel for GemmKernel {
                 let cv = match c {
                     None => None,
                     Some(Tensor::F32(z)) => Some((contiguous(z), z.shape())),
-                    Some(o) => return Err(OpError::invalid(format!("Gemm C of type {}", o.dtype()))),
+                    Some(o) => {
+                        return Err(OpError::invalid(format!("Gemm C of type {}", o.dtype())));
+                    }
                 };
                 let (v, s) = self.typed(
                     &contiguous(x),
@@ -340,7 +431,9 @@ impl Kernel for GemmKernel {
                 let cv = match c {
                     None => None,
                     Some(Tensor::F64(z)) => Some((contiguous(z), z.shape())),
-                    Some(o) => return Err(OpError::invalid(format!("Gemm C of type {}", o.dtype()))),
+                    Some(o) => {
+                        return Err(OpError::invalid(format!("Gemm C of type {}", o.dtype())));
+                    }
                 };
                 let (v, s) = self.typed(
                     &contiguous(x),
@@ -353,7 +446,13 @@ impl Kernel for GemmKernel {
                 )?;
                 Tensor::F64(shaped(s, v)?)
             }
-            _ => return Err(OpError::unsupported(format!("Gemm of {} and {}", a.dtype(), b.dtype()))),
+            _ => {
+                return Err(OpError::unsupported(format!(
+                    "Gemm of {} and {}",
+                    a.dtype(),
+                    b.dtype()
+                )));
+            }
         };
         Ok(vec![out])
     }
@@ -388,7 +487,9 @@ fn parse_term(t: &str) -> Result<(Vec<u32>, Option<usize>), OpError> {
     while !rest.is_empty() {
         if let Some(r) = rest.strip_prefix("...") {
             if ell.is_some() {
-                return Err(OpError::invalid(format!("Einsum term '{t}' has two ellipses")));
+                return Err(OpError::invalid(format!(
+                    "Einsum term '{t}' has two ellipses"
+                )));
             }
             ell = Some(labels.len());
             rest = r;
@@ -425,7 +526,11 @@ impl Equation {
                 for l in inputs.iter().flatten() {
                     *count.entry(*l).or_default() += 1;
                 }
-                let out = count.into_iter().filter(|&(_, c)| c == 1).map(|(l, _)| l).collect();
+                let out = count
+                    .into_iter()
+                    .filter(|&(_, c)| c == 1)
+                    .map(|(l, _)| l)
+                    .collect();
                 let e = ellipsis.iter().any(|e| e.is_some()).then_some(0);
                 (out, e, false)
             }
@@ -455,13 +560,15 @@ impl Equation {
             let r = ranks[i];
             match e {
                 None if r != l.len() => {
-                    return Err(OpError::invalid(format!("Einsum operand {i} of rank {r} for '{l:?}'")));
+                    return Err(OpError::invalid(format!(
+                        "Einsum operand {i} of rank {r} for '{l:?}'"
+                    )));
                 }
                 None => full.push(l.clone()),
                 Some(pos) => {
-                    let er = r
-                        .checked_sub(l.len())
-                        .ok_or_else(|| OpError::invalid(format!("Einsum operand {i} rank {r} too small")))?;
+                    let er = r.checked_sub(l.len()).ok_or_else(|| {
+                        OpError::invalid(format!("Einsum operand {i} rank {r} too small"))
+                    })?;
                     ell_rank = ell_rank.max(er);
                     let mut v = l[..*pos].to_vec();
                     // Right-aligned ellipsis labels so they broadcast like numpy.
@@ -471,7 +578,9 @@ impl Equation {
                 }
             }
         }
-        let ell_labels: Vec<u32> = (0..ell_rank).map(|j| ELLIPSIS_BASE + (j + 64 - ell_rank) as u32).collect();
+        let ell_labels: Vec<u32> = (0..ell_rank)
+            .map(|j| ELLIPSIS_BASE + (j + 64 - ell_rank) as u32)
+            .collect();
         let out = match self.out_ellipsis {
             Some(pos) if self.explicit => {
                 let mut v = self.output[..pos].to_vec();
@@ -500,7 +609,9 @@ impl EinsumKernel {
             .attrs
             .string("equation")?
             .ok_or_else(|| OpError::invalid("Einsum without equation"))?;
-        Ok(EinsumKernel { eq: Equation::parse(&eq)? })
+        Ok(EinsumKernel {
+            eq: Equation::parse(&eq)?,
+        })
     }
 }
 
@@ -513,7 +624,9 @@ fn label_sizes(labels: &[Vec<u32>], shapes: &[&[usize]]) -> Result<BTreeMap<u32,
             if *e == 1 {
                 *e = d;
             } else if d != 1 && d != *e {
-                return Err(OpError::invalid(format!("Einsum dimension mismatch: {d} vs {e}")));
+                return Err(OpError::invalid(format!(
+                    "Einsum dimension mismatch: {d} vs {e}"
+                )));
             }
         }
     }
@@ -521,7 +634,12 @@ fn label_sizes(labels: &[Vec<u32>], shapes: &[&[usize]]) -> Result<BTreeMap<u32,
 }
 
 /// Reference Einsum: one loop over every label combination. Exact for any equation.
-fn einsum_loop<T: Scalar>(labels: &[Vec<u32>], out: &[u32], data: &[&[T]], shapes: &[&[usize]]) -> Result<(Vec<T>, Vec<usize>), OpError> {
+fn einsum_loop<T: Scalar>(
+    labels: &[Vec<u32>],
+    out: &[u32],
+    data: &[&[T]],
+    shapes: &[&[usize]],
+) -> Result<(Vec<T>, Vec<usize>), OpError> {
     let sizes = label_sizes(labels, shapes)?;
     for l in out {
         if !sizes.contains_key(l) {
@@ -595,7 +713,15 @@ fn permute<T: Clone>(data: &[T], shape: &[usize], perm: &[usize]) -> Vec<T> {
 
 /// Two-operand Einsum as a batched matmul when no label repeats within a term and
 /// every shared label has the same size in both operands; `None` otherwise.
-fn einsum_pair<T: Scalar>(la: &[u32], lb: &[u32], out: &[u32], a: &[T], ash: &[usize], b: &[T], bsh: &[usize]) -> Result<Option<(Vec<T>, Vec<usize>)>, OpError> {
+fn einsum_pair<T: Scalar>(
+    la: &[u32],
+    lb: &[u32],
+    out: &[u32],
+    a: &[T],
+    ash: &[usize],
+    b: &[T],
+    bsh: &[usize],
+) -> Result<Option<(Vec<T>, Vec<usize>)>, OpError> {
     let unique = |l: &[u32]| l.iter().enumerate().all(|(i, x)| !l[..i].contains(x));
     if !unique(la) || !unique(lb) || !unique(out) {
         return Ok(None);
@@ -627,9 +753,20 @@ fn einsum_pair<T: Scalar>(la: &[u32], lb: &[u32], out: &[u32], a: &[T], ash: &[u
         return Err(OpError::invalid("Einsum output label not in any input"));
     }
     let pos = |l: &[u32], x: &u32| l.iter().position(|y| y == x).unwrap_or(0);
-    let pa: Vec<usize> = batch.iter().chain(&left).chain(&contract).map(|x| pos(la, x)).collect();
-    let pb: Vec<usize> = batch.iter().chain(&contract).chain(&right).map(|x| pos(lb, x)).collect();
-    let prod = |l: &[u32], s: &[usize], ls: &[u32]| -> usize { ls.iter().map(|x| s[pos(l, x)]).product() };
+    let pa: Vec<usize> = batch
+        .iter()
+        .chain(&left)
+        .chain(&contract)
+        .map(|x| pos(la, x))
+        .collect();
+    let pb: Vec<usize> = batch
+        .iter()
+        .chain(&contract)
+        .chain(&right)
+        .map(|x| pos(lb, x))
+        .collect();
+    let prod =
+        |l: &[u32], s: &[usize], ls: &[u32]| -> usize { ls.iter().map(|x| s[pos(l, x)]).product() };
     let (nb, m, k, n) = (
         prod(la, ash, &batch),
         prod(la, ash, &left),
@@ -648,11 +785,17 @@ fn einsum_pair<T: Scalar>(la: &[u32], lb: &[u32], out: &[u32], a: &[T], ash: &[u
     Ok(Some((permute(&y, &mid_shape, &perm), out_shape)))
 }
 
-fn einsum_typed<T: Scalar>(eq: &Equation, data: &[&[T]], shapes: &[&[usize]]) -> Result<(Vec<T>, Vec<usize>), OpError> {
+fn einsum_typed<T: Scalar>(
+    eq: &Equation,
+    data: &[&[T]],
+    shapes: &[&[usize]],
+) -> Result<(Vec<T>, Vec<usize>), OpError> {
     let ranks: Vec<usize> = shapes.iter().map(|s| s.len()).collect();
     let (labels, out) = eq.expand(&ranks)?;
     if data.len() == 2
-        && let Some(r) = einsum_pair(&labels[0], &labels[1], &out, data[0], shapes[0], data[1], shapes[1])?
+        && let Some(r) = einsum_pair(
+            &labels[0], &labels[1], &out, data[0], shapes[0], data[1], shapes[1],
+        )?
     {
         return Ok(r);
     }
@@ -661,9 +804,14 @@ fn einsum_typed<T: Scalar>(eq: &Equation, data: &[&[T]], shapes: &[&[usize]]) ->
 
 impl Kernel for EinsumKernel {
     fn run(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
-        let ts: Vec<&Tensor> = inputs.iter().map(|t| t.ok_or_else(|| OpError::invalid("missing Einsum input"))).collect::<Result<_, _>>()?;
+        let ts: Vec<&Tensor> = inputs
+            .iter()
+            .map(|t| t.ok_or_else(|| OpError::invalid("missing Einsum input")))
+            .collect::<Result<_, _>>()?;
         let shapes: Vec<&[usize]> = ts.iter().map(|t| t.shape()).collect();
-        let first = ts.first().ok_or_else(|| OpError::invalid("Einsum without inputs"))?;
+        let first = ts
+            .first()
+            .ok_or_else(|| OpError::invalid("Einsum without inputs"))?;
         if ts.iter().any(|t| t.dtype() != first.dtype()) {
             return Err(OpError::invalid("Einsum inputs of different types"));
         }

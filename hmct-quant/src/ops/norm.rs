@@ -43,15 +43,25 @@ fn floats(t: &Tensor, what: &str) -> Result<Floats, OpError> {
         Tensor::F64(a) => Floats::F64(contiguous(a).into_owned()),
         Tensor::F16(a) => Floats::F16(a.iter().map(|v| v.to_f32()).collect()),
         Tensor::BF16(a) => Floats::F32(a.iter().map(|v| v.to_f32()).collect()),
-        other => return Err(OpError::unsupported(format!("{what} of type {}", other.dtype()))),
+        other => {
+            return Err(OpError::unsupported(format!(
+                "{what} of type {}",
+                other.dtype()
+            )));
+        }
     })
 }
 
 /// A parameter tensor as f64 values, whatever its float type.
 fn params(t: &Tensor, what: &str) -> Result<Vec<f64>, OpError> {
     match t {
-        Tensor::F32(_) | Tensor::F64(_) | Tensor::F16(_) | Tensor::BF16(_) => Ok(t.to_f64_vec().unwrap_or_default()),
-        other => Err(OpError::unsupported(format!("{what} of type {}", other.dtype()))),
+        Tensor::F32(_) | Tensor::F64(_) | Tensor::F16(_) | Tensor::BF16(_) => {
+            Ok(t.to_f64_vec().unwrap_or_default())
+        }
+        other => Err(OpError::unsupported(format!(
+            "{what} of type {}",
+            other.dtype()
+        ))),
     }
 }
 
@@ -60,8 +70,16 @@ fn rebuild<T: Float>(like: &Tensor, shape: &[usize], v: Vec<T>) -> Result<Tensor
     let f = |x: T| x.to_f64().unwrap_or(f64::NAN);
     Ok(match like {
         Tensor::F64(_) => Tensor::F64(shaped(shape, v.into_iter().map(f).collect())?),
-        Tensor::F16(_) => Tensor::F16(shaped(shape, v.into_iter().map(|x| f16::from_f64(f(x))).collect())?),
-        Tensor::BF16(_) => Tensor::BF16(shaped(shape, v.into_iter().map(|x| hmct_tensor::bf16::from_f64(f(x))).collect())?),
+        Tensor::F16(_) => Tensor::F16(shaped(
+            shape,
+            v.into_iter().map(|x| f16::from_f64(f(x))).collect(),
+        )?),
+        Tensor::BF16(_) => Tensor::BF16(shaped(
+            shape,
+            v.into_iter()
+                .map(|x| hmct_tensor::bf16::from_f64(f(x)))
+                .collect(),
+        )?),
         _ => Tensor::F32(shaped(shape, v.into_iter().map(|x| f(x) as f32).collect())?),
     })
 }
@@ -86,7 +104,12 @@ fn affine_planes<T: Float + Send + Sync>(x: &mut [T], inner: usize, a: &[f64], b
     let (a, b): (Vec<T>, Vec<T>) = a
         .iter()
         .zip(b)
-        .map(|(&p, &q)| (T::from(p).unwrap_or(T::nan()), T::from(q).unwrap_or(T::nan())))
+        .map(|(&p, &q)| {
+            (
+                T::from(p).unwrap_or(T::nan()),
+                T::from(q).unwrap_or(T::nan()),
+            )
+        })
         .unzip();
     let f = |(i, p): (usize, &mut [T])| {
         let (s, t) = (a[i % c], b[i % c]);
@@ -97,7 +120,10 @@ fn affine_planes<T: Float + Send + Sync>(x: &mut [T], inner: usize, a: &[f64], b
     if x.len() < (1 << 16) {
         x.chunks_mut(inner).enumerate().for_each(f);
     } else {
-        x.par_chunks_mut(inner).with_min_len((1 << 14) / inner + 1).enumerate().for_each(f);
+        x.par_chunks_mut(inner)
+            .with_min_len((1 << 14) / inner + 1)
+            .enumerate()
+            .for_each(f);
     }
 }
 
@@ -108,7 +134,11 @@ fn moments<T: Float + Send + Sync>(x: &[T], len: usize) -> Vec<(f64, f64)> {
     }
     let one = |p: &[T]| {
         let n = p.len() as f64;
-        let mean = p.iter().map(|v| v.to_f64().unwrap_or(f64::NAN)).sum::<f64>() / n;
+        let mean = p
+            .iter()
+            .map(|v| v.to_f64().unwrap_or(f64::NAN))
+            .sum::<f64>()
+            / n;
         let var = p
             .iter()
             .map(|v| {
@@ -122,7 +152,10 @@ fn moments<T: Float + Send + Sync>(x: &[T], len: usize) -> Vec<(f64, f64)> {
     if x.len() < (1 << 16) {
         x.chunks(len).map(one).collect()
     } else {
-        x.par_chunks(len).with_min_len((1 << 14) / len + 1).map(one).collect()
+        x.par_chunks(len)
+            .with_min_len((1 << 14) / len + 1)
+            .map(one)
+            .collect()
     }
 }
 
@@ -163,8 +196,13 @@ impl Kernel for BatchNorm {
         let bias = params(input(inputs, 2)?, "B")?;
         let mean_in = params(input(inputs, 3)?, "mean")?;
         let var_in = params(input(inputs, 4)?, "var")?;
-        if [scale.len(), bias.len(), mean_in.len(), var_in.len()].iter().any(|&l| l != c) {
-            return Err(OpError::invalid(format!("BatchNormalization parameters do not have {c} values")));
+        if [scale.len(), bias.len(), mean_in.len(), var_in.len()]
+            .iter()
+            .any(|&l| l != c)
+        {
+            return Err(OpError::invalid(format!(
+                "BatchNormalization parameters do not have {c} values"
+            )));
         }
         let inner: usize = xs[2..].iter().product();
         let eps = self.epsilon as f64;
@@ -208,13 +246,17 @@ fn instance_norm(inputs: &[Option<&Tensor>], epsilon: f32) -> Result<Vec<Tensor>
     let x = input(inputs, 0)?;
     let xs = x.shape().to_vec();
     if xs.len() < 3 {
-        return Err(OpError::invalid(format!("InstanceNormalization input {xs:?}")));
+        return Err(OpError::invalid(format!(
+            "InstanceNormalization input {xs:?}"
+        )));
     }
     let c = xs[1];
     let scale = params(input(inputs, 1)?, "scale")?;
     let bias = params(input(inputs, 2)?, "B")?;
     if scale.len() != c || bias.len() != c {
-        return Err(OpError::invalid(format!("InstanceNormalization parameters do not have {c} values")));
+        return Err(OpError::invalid(format!(
+            "InstanceNormalization parameters do not have {c} values"
+        )));
     }
     let inner: usize = xs[2..].iter().product();
     with_floats!(x, "InstanceNormalization input", v => {
@@ -229,10 +271,14 @@ fn instance_norm(inputs: &[Option<&Tensor>], epsilon: f32) -> Result<Vec<Tensor>
 /// Expands a parameter that broadcasts to `shape` into `prod(shape)` values.
 fn expand_to(p: &Tensor, shape: &[usize], what: &str) -> Result<Vec<f64>, OpError> {
     let vals = params(p, what)?;
-    let a = ArrayD::from_shape_vec(IxDyn(p.shape()), vals).map_err(|e| OpError::invalid(e.to_string()))?;
-    let b = a
-        .broadcast(IxDyn(shape))
-        .ok_or_else(|| OpError::invalid(format!("{what} {:?} does not broadcast to {shape:?}", p.shape())))?;
+    let a = ArrayD::from_shape_vec(IxDyn(p.shape()), vals)
+        .map_err(|e| OpError::invalid(e.to_string()))?;
+    let b = a.broadcast(IxDyn(shape)).ok_or_else(|| {
+        OpError::invalid(format!(
+            "{what} {:?} does not broadcast to {shape:?}",
+            p.shape()
+        ))
+    })?;
     Ok(b.iter().copied().collect())
 }
 
@@ -245,7 +291,9 @@ impl LayerNorm {
     fn new(spec: &NodeSpec) -> Result<Self, OpError> {
         let stash = spec.attrs.int_or("stash_type", 1)?;
         if stash != 1 && stash != 11 {
-            return Err(OpError::unsupported(format!("LayerNormalization stash_type {stash}")));
+            return Err(OpError::unsupported(format!(
+                "LayerNormalization stash_type {stash}"
+            )));
         }
         Ok(LayerNorm {
             axis: spec.attrs.int_or("axis", -1)?,
@@ -325,14 +373,19 @@ impl Kernel for GroupNorm {
         let x = input(inputs, 0)?;
         let xs = x.shape().to_vec();
         if xs.len() < 2 || xs[1] % self.groups != 0 {
-            return Err(OpError::invalid(format!("GroupNormalization of {xs:?} into {} groups", self.groups)));
+            return Err(OpError::invalid(format!(
+                "GroupNormalization of {xs:?} into {} groups",
+                self.groups
+            )));
         }
         let (c, g) = (xs[1], self.groups);
         let scale = params(input(inputs, 1)?, "scale")?;
         let bias = params(input(inputs, 2)?, "bias")?;
         let want = if self.per_channel { c } else { g };
         if scale.len() != want || bias.len() != want {
-            return Err(OpError::invalid(format!("GroupNormalization parameters must have {want} values")));
+            return Err(OpError::invalid(format!(
+                "GroupNormalization parameters must have {want} values"
+            )));
         }
         let inner: usize = xs[2..].iter().product();
         let per_group = c / g * inner;

@@ -5,13 +5,15 @@ use hmct_tensor::ndarray::{ArrayD, IxDyn};
 use hmct_tensor::{Tensor, f16};
 use rayon::prelude::*;
 
-use super::conv::{WindowAttrs, Win3, contiguous};
+use super::conv::{Win3, WindowAttrs, contiguous};
 use super::{Kernel, NodeSpec, OpError, input};
 
 pub(crate) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>> {
     let k: Result<Box<dyn Kernel>, OpError> = match spec.op_type {
         "MaxPool" | "AveragePool" => PoolKernel::new(spec).map(|k| Box::new(k) as Box<dyn Kernel>),
-        "GlobalAveragePool" => Ok(Box::new(|i: &[Option<&Tensor>]| global(input(i, 0)?, false))),
+        "GlobalAveragePool" => Ok(Box::new(|i: &[Option<&Tensor>]| {
+            global(input(i, 0)?, false)
+        })),
         "GlobalMaxPool" => Ok(Box::new(|i: &[Option<&Tensor>]| global(input(i, 0)?, true))),
         _ => return None,
     };
@@ -40,7 +42,13 @@ impl PoolKernel {
             .kernel_shape
             .clone()
             .ok_or_else(|| OpError::invalid(format!("{} without kernel_shape", spec.op_type)))?;
-        if !max && attrs.dilations.as_ref().is_some_and(|d| d.iter().any(|&x| x != 1)) && spec.opset < 19 {
+        if !max
+            && attrs
+                .dilations
+                .as_ref()
+                .is_some_and(|d| d.iter().any(|&x| x != 1))
+            && spec.opset < 19
+        {
             return Err(OpError::invalid("AveragePool dilations before opset 19"));
         }
         let storage_order = spec.attrs.int_or("storage_order", 0)?;
@@ -90,13 +98,20 @@ fn taps(g: &Win3, pe: &[usize; 3], a: usize, o: usize) -> (Vec<usize>, usize) {
     (inside, padded)
 }
 
-fn avg_pool<T: num_traits::Float + Send + Sync>(x: &[T], xs: &[usize], g: &Win3, pe: &[usize; 3], include_pad: bool) -> Vec<T> {
+fn avg_pool<T: num_traits::Float + Send + Sync>(
+    x: &[T],
+    xs: &[usize],
+    g: &Win3,
+    pe: &[usize; 3],
+    include_pad: bool,
+) -> Vec<T> {
     let (in_vol, out_vol) = (g.in_vol(), g.out_vol());
     let planes = xs[0] * xs[1];
     let [od_n, oh_n, ow_n] = g.out;
     let [_, ih_n, iw_n] = g.input;
-    let axis_taps: Vec<Vec<(Vec<usize>, usize)>> =
-        (0..3).map(|a| (0..g.out[a]).map(|o| taps(g, pe, a, o)).collect()).collect();
+    let axis_taps: Vec<Vec<(Vec<usize>, usize)>> = (0..3)
+        .map(|a| (0..g.out[a]).map(|o| taps(g, pe, a, o)).collect())
+        .collect();
     let mut y = vec![T::zero(); planes * out_vol];
     let plane = |(p, out): (usize, &mut [T])| {
         let xp = &x[p * in_vol..][..in_vol];
@@ -120,7 +135,11 @@ fn avg_pool<T: num_traits::Float + Send + Sync>(x: &[T], xs: &[usize], g: &Win3,
                     } else {
                         td.len() * th.len() * tw.len()
                     };
-                    out[(od * oh_n + oh) * ow_n + ow] = if count == 0 { T::zero() } else { s / T::from(count).unwrap_or(T::one()) };
+                    out[(od * oh_n + oh) * ow_n + ow] = if count == 0 {
+                        T::zero()
+                    } else {
+                        s / T::from(count).unwrap_or(T::one())
+                    };
                 }
             }
         }
@@ -135,13 +154,21 @@ fn avg_pool<T: num_traits::Float + Send + Sync>(x: &[T], xs: &[usize], g: &Win3,
 
 /// Max pooling; the index of each maximum is flat over the whole input (row-major, or
 /// column-major within a plane for `storage_order = 1`).
-fn max_pool<T: Copy + PartialOrd + Send + Sync>(x: &[T], xs: &[usize], g: &Win3, pe: &[usize; 3], lowest: T, column_major: bool) -> (Vec<T>, Vec<i64>) {
+fn max_pool<T: Copy + PartialOrd + Send + Sync>(
+    x: &[T],
+    xs: &[usize],
+    g: &Win3,
+    pe: &[usize; 3],
+    lowest: T,
+    column_major: bool,
+) -> (Vec<T>, Vec<i64>) {
     let (in_vol, out_vol) = (g.in_vol(), g.out_vol());
     let planes = xs[0] * xs[1];
     let [od_n, oh_n, ow_n] = g.out;
     let [id_n, ih_n, iw_n] = g.input;
-    let axis_taps: Vec<Vec<Vec<usize>>> =
-        (0..3).map(|a| (0..g.out[a]).map(|o| taps(g, pe, a, o).0).collect()).collect();
+    let axis_taps: Vec<Vec<Vec<usize>>> = (0..3)
+        .map(|a| (0..g.out[a]).map(|o| taps(g, pe, a, o).0).collect())
+        .collect();
     let mut y = vec![lowest; planes * out_vol];
     let mut idx = vec![0i64; planes * out_vol];
     let plane = |(p, (out, oi)): (usize, (&mut [T], &mut [i64]))| {
@@ -176,7 +203,10 @@ fn max_pool<T: Copy + PartialOrd + Send + Sync>(x: &[T], xs: &[usize], g: &Win3,
     };
     let chunk = out_vol.max(1);
     if y.len() * g.k_vol() < (1 << 16) {
-        y.chunks_mut(chunk).zip(idx.chunks_mut(chunk)).enumerate().for_each(plane);
+        y.chunks_mut(chunk)
+            .zip(idx.chunks_mut(chunk))
+            .enumerate()
+            .for_each(plane);
     } else {
         y.par_chunks_mut(chunk)
             .zip(idx.par_chunks_mut(chunk))
@@ -193,14 +223,25 @@ impl Kernel for PoolKernel {
         let (g, pe, shape) = self.geometry(xs)?;
         if !self.max {
             let out = match x {
-                Tensor::F32(a) => Tensor::F32(shaped(&shape, avg_pool(&contiguous(a), xs, &g, &pe, self.count_include_pad))?),
-                Tensor::F64(a) => Tensor::F64(shaped(&shape, avg_pool(&contiguous(a), xs, &g, &pe, self.count_include_pad))?),
+                Tensor::F32(a) => Tensor::F32(shaped(
+                    &shape,
+                    avg_pool(&contiguous(a), xs, &g, &pe, self.count_include_pad),
+                )?),
+                Tensor::F64(a) => Tensor::F64(shaped(
+                    &shape,
+                    avg_pool(&contiguous(a), xs, &g, &pe, self.count_include_pad),
+                )?),
                 Tensor::F16(a) => {
                     let v: Vec<f32> = a.iter().map(|v| v.to_f32()).collect();
                     let y = avg_pool(&v, xs, &g, &pe, self.count_include_pad);
                     Tensor::F16(shaped(&shape, y.into_iter().map(f16::from_f32).collect())?)
                 }
-                other => return Err(OpError::unsupported(format!("AveragePool on {}", other.dtype()))),
+                other => {
+                    return Err(OpError::unsupported(format!(
+                        "AveragePool on {}",
+                        other.dtype()
+                    )));
+                }
             };
             return Ok(vec![out]);
         }
@@ -216,7 +257,12 @@ impl Kernel for PoolKernel {
             Tensor::F16(a) => mp!(F16, a, f16::NEG_INFINITY),
             Tensor::I8(a) => mp!(I8, a, i8::MIN),
             Tensor::U8(a) => mp!(U8, a, u8::MIN),
-            other => return Err(OpError::unsupported(format!("MaxPool on {}", other.dtype()))),
+            other => {
+                return Err(OpError::unsupported(format!(
+                    "MaxPool on {}",
+                    other.dtype()
+                )));
+            }
         };
         if self.want_indices {
             Ok(vec![y, Tensor::I64(shaped(&shape, idx)?)])
@@ -237,7 +283,10 @@ fn global(x: &Tensor, max: bool) -> Result<Vec<Tensor>, OpError> {
     // Sums in f64: a plane can hold hundreds of thousands of values.
     let reduce = |p: &[f64]| -> f64 {
         if max {
-            p.iter().copied().fold(f64::NEG_INFINITY, |m, v| if v > m || v.is_nan() { v } else { m })
+            p.iter().copied().fold(
+                f64::NEG_INFINITY,
+                |m, v| if v > m || v.is_nan() { v } else { m },
+            )
         } else if p.is_empty() {
             f64::NAN
         } else {
@@ -254,7 +303,9 @@ fn global(x: &Tensor, max: bool) -> Result<Vec<Tensor>, OpError> {
                     .with_min_len((1 << 14) / vol.max(1) + 1)
                     .map(|p| {
                         if max {
-                            p.iter().copied().fold(f32::NEG_INFINITY, |m, v| if v > m || v.is_nan() { v } else { m })
+                            p.iter().copied().fold(f32::NEG_INFINITY, |m, v| {
+                                if v > m || v.is_nan() { v } else { m }
+                            })
                         } else {
                             (p.iter().map(|&v| v as f64).sum::<f64>() / p.len() as f64) as f32
                         }
@@ -265,7 +316,11 @@ fn global(x: &Tensor, max: bool) -> Result<Vec<Tensor>, OpError> {
         }
         Tensor::F64(a) => {
             let d = contiguous(a);
-            let y: Vec<f64> = if vol == 0 { vec![f64::NAN; shape.iter().product()] } else { d.chunks(vol).map(reduce).collect() };
+            let y: Vec<f64> = if vol == 0 {
+                vec![f64::NAN; shape.iter().product()]
+            } else {
+                d.chunks(vol).map(reduce).collect()
+            };
             Tensor::F64(shaped(&shape, y)?)
         }
         Tensor::F16(a) => {
@@ -277,7 +332,12 @@ fn global(x: &Tensor, max: bool) -> Result<Vec<Tensor>, OpError> {
             };
             Tensor::F16(shaped(&shape, y)?)
         }
-        other => return Err(OpError::unsupported(format!("global pooling on {}", other.dtype()))),
+        other => {
+            return Err(OpError::unsupported(format!(
+                "global pooling on {}",
+                other.dtype()
+            )));
+        }
     };
     Ok(vec![out])
 }

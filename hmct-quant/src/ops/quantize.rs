@@ -56,7 +56,12 @@ fn f32_values(t: &Tensor, what: &str) -> Result<Vec<f32>, OpError> {
         Tensor::F16(a) => a.iter().map(|v| v.to_f32()).collect(),
         Tensor::BF16(a) => a.iter().map(|v| v.to_f32()).collect(),
         Tensor::I32(a) => a.iter().map(|&v| v as f32).collect(),
-        other => return Err(OpError::unsupported(format!("{what} of type {}", other.dtype()))),
+        other => {
+            return Err(OpError::unsupported(format!(
+                "{what} of type {}",
+                other.dtype()
+            )));
+        }
     })
 }
 
@@ -93,7 +98,11 @@ impl Layout {
         let i = (flat / self.inner) % self.dim;
         let o = flat / (self.inner * self.dim);
         let b = i / self.block;
-        if self.per_axis_outer { (o * self.blocks + b) * self.inner + j } else { b }
+        if self.per_axis_outer {
+            (o * self.blocks + b) * self.inner + j
+        } else {
+            b
+        }
     }
 }
 
@@ -113,9 +122,17 @@ impl QdqKernel {
         let output_dtype = match spec.attrs.int_or("output_dtype", 0)? {
             0 => None,
             code => {
-                let d = DType::from_onnx(code as i32)
-                    .ok_or_else(|| OpError::unsupported(format!("output_dtype {}", DType::onnx_code_name(code as i32))))?;
-                let ok = if quantize { int_range(d).is_some() } else { matches!(d, DType::F32 | DType::F16 | DType::BF16) };
+                let d = DType::from_onnx(code as i32).ok_or_else(|| {
+                    OpError::unsupported(format!(
+                        "output_dtype {}",
+                        DType::onnx_code_name(code as i32)
+                    ))
+                })?;
+                let ok = if quantize {
+                    int_range(d).is_some()
+                } else {
+                    matches!(d, DType::F32 | DType::F16 | DType::BF16)
+                };
                 if !ok {
                     return Err(OpError::unsupported(format!("output_dtype {d}")));
                 }
@@ -127,7 +144,11 @@ impl QdqKernel {
         }
         Ok(QdqKernel {
             quantize,
-            axis: if spec.opset >= 13 { spec.attrs.int_or("axis", 1)? } else { 1 },
+            axis: if spec.opset >= 13 {
+                spec.attrs.int_or("axis", 1)?
+            } else {
+                1
+            },
             block_size: block_size as usize,
             output_dtype,
         })
@@ -136,24 +157,46 @@ impl QdqKernel {
     fn layout(&self, xs: &[usize], ss: &[usize]) -> Result<Layout, OpError> {
         let n: usize = ss.iter().product();
         if self.block_size == 0 && n == 1 && ss.len() <= 1 {
-            return Ok(Layout { dim: 1, inner: 1, block: 0, blocks: 1, per_axis_outer: false });
+            return Ok(Layout {
+                dim: 1,
+                inner: 1,
+                block: 0,
+                blocks: 1,
+                per_axis_outer: false,
+            });
         }
         let axis = normalize_axis(self.axis, xs.len())?;
         let inner: usize = xs[axis + 1..].iter().product();
         let dim = xs[axis];
         if self.block_size == 0 {
             if ss.len() != 1 || ss[0] != dim {
-                return Err(OpError::invalid(format!("scale {ss:?} for axis {axis} of {xs:?}")));
+                return Err(OpError::invalid(format!(
+                    "scale {ss:?} for axis {axis} of {xs:?}"
+                )));
             }
-            return Ok(Layout { dim, inner, block: 1, blocks: dim, per_axis_outer: false });
+            return Ok(Layout {
+                dim,
+                inner,
+                block: 1,
+                blocks: dim,
+                per_axis_outer: false,
+            });
         }
         let blocks = dim.div_ceil(self.block_size);
         let mut want = xs.to_vec();
         want[axis] = blocks;
         if ss != want.as_slice() {
-            return Err(OpError::invalid(format!("blocked scale {ss:?}, expected {want:?}")));
+            return Err(OpError::invalid(format!(
+                "blocked scale {ss:?}, expected {want:?}"
+            )));
         }
-        Ok(Layout { dim, inner, block: self.block_size, blocks, per_axis_outer: true })
+        Ok(Layout {
+            dim,
+            inner,
+            block: self.block_size,
+            blocks,
+            per_axis_outer: true,
+        })
     }
 }
 
@@ -169,10 +212,17 @@ impl Kernel for QdqKernel {
             None => None,
             Some(z) => {
                 if int_range(z.dtype()).is_none() {
-                    return Err(OpError::unsupported(format!("zero point of type {}", z.dtype())));
+                    return Err(OpError::unsupported(format!(
+                        "zero point of type {}",
+                        z.dtype()
+                    )));
                 }
                 if z.shape() != scale_t.shape() {
-                    return Err(OpError::invalid(format!("zero point {:?} vs scale {:?}", z.shape(), scale_t.shape())));
+                    return Err(OpError::invalid(format!(
+                        "zero point {:?} vs scale {:?}",
+                        z.shape(),
+                        scale_t.shape()
+                    )));
                 }
                 z.to_i64_vec()
             }
@@ -184,7 +234,8 @@ impl Kernel for QdqKernel {
                 (None, Some(d)) => d,
                 (None, None) => DType::U8,
             };
-            let (qmin, qmax) = int_range(qtype).ok_or_else(|| OpError::unsupported(format!("QuantizeLinear to {qtype}")))?;
+            let (qmin, qmax) = int_range(qtype)
+                .ok_or_else(|| OpError::unsupported(format!("QuantizeLinear to {qtype}")))?;
             let xv = f32_values(x, "QuantizeLinear input")?;
             let q: Vec<i64> = xv
                 .iter()
@@ -201,7 +252,9 @@ impl Kernel for QdqKernel {
             .filter(|_| int_range(x.dtype()).is_some())
             .ok_or_else(|| OpError::unsupported(format!("DequantizeLinear of {}", x.dtype())))?;
         if x.dtype() == DType::I32 && zps.as_ref().is_some_and(|z| z.iter().any(|&v| v != 0)) {
-            return Err(OpError::invalid("int32 DequantizeLinear with a non-zero zero point"));
+            return Err(OpError::invalid(
+                "int32 DequantizeLinear with a non-zero zero point",
+            ));
         }
         let y: Vec<f32> = xv
             .iter()
@@ -232,9 +285,16 @@ fn dynamic_quantize(inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> 
         hi = hi.max(v);
     }
     let scale = (hi - lo) / (qmax - qmin) as f32;
-    let zp_f = if scale == 0.0 { 0.0 } else { qmin as f32 - lo / scale };
+    let zp_f = if scale == 0.0 {
+        0.0
+    } else {
+        qmin as f32 - lo / scale
+    };
     let zp = zp_f.clamp(qmin as f32, qmax as f32).round_ties_even() as i64;
-    let q: Vec<i64> = xv.iter().map(|&v| quantize_one(v, scale, zp, qmin, qmax)).collect();
+    let q: Vec<i64> = xv
+        .iter()
+        .map(|&v| quantize_one(v, scale, zp, qmin, qmax))
+        .collect();
     let xs = x.shape().to_vec();
     Ok(vec![
         int_tensor(DType::U8, &xs, q)?,

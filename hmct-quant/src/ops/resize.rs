@@ -15,7 +15,9 @@ use super::{Kernel, NodeSpec, OpError, input, normalize_axis};
 
 pub(crate) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>> {
     match spec.op_type {
-        "Resize" | "Upsample" => Some(ResizeKernel::new(spec).map(|k| Box::new(k) as Box<dyn Kernel>)),
+        "Resize" | "Upsample" => {
+            Some(ResizeKernel::new(spec).map(|k| Box::new(k) as Box<dyn Kernel>))
+        }
         _ => None,
     }
 }
@@ -79,12 +81,20 @@ impl ResizeKernel {
             "nearest" => Mode::Nearest,
             "linear" | "bilinear" => Mode::Linear,
             "cubic" if !legacy => Mode::Cubic,
-            other => return Err(OpError::unsupported(format!("{} mode '{other}'", spec.op_type))),
+            other => {
+                return Err(OpError::unsupported(format!(
+                    "{} mode '{other}'",
+                    spec.op_type
+                )));
+            }
         };
         let (coord, nearest) = if legacy {
             (Coord::Asymmetric, Nearest::Legacy)
         } else {
-            let coord = match a.string_or("coordinate_transformation_mode", "half_pixel")?.as_str() {
+            let coord = match a
+                .string_or("coordinate_transformation_mode", "half_pixel")?
+                .as_str()
+            {
                 "half_pixel" => Coord::HalfPixel,
                 "half_pixel_symmetric" => Coord::HalfPixelSymmetric,
                 "pytorch_half_pixel" => Coord::PytorchHalfPixel,
@@ -92,9 +102,15 @@ impl ResizeKernel {
                 "asymmetric" => Coord::Asymmetric,
                 "tf_crop_and_resize" => Coord::TfCropAndResize,
                 "tf_half_pixel_for_nn" => {
-                    return Err(OpError::unsupported("coordinate_transformation_mode tf_half_pixel_for_nn"));
+                    return Err(OpError::unsupported(
+                        "coordinate_transformation_mode tf_half_pixel_for_nn",
+                    ));
                 }
-                other => return Err(OpError::invalid(format!("coordinate_transformation_mode '{other}'"))),
+                other => {
+                    return Err(OpError::invalid(format!(
+                        "coordinate_transformation_mode '{other}'"
+                    )));
+                }
             };
             let nearest = match a.string_or("nearest_mode", "round_prefer_floor")?.as_str() {
                 "round_prefer_floor" => Nearest::RoundPreferFloor,
@@ -109,7 +125,11 @@ impl ResizeKernel {
             "stretch" => AspectPolicy::Stretch,
             "not_larger" => AspectPolicy::NotLarger,
             "not_smaller" => AspectPolicy::NotSmaller,
-            other => return Err(OpError::invalid(format!("keep_aspect_ratio_policy '{other}'"))),
+            other => {
+                return Err(OpError::invalid(format!(
+                    "keep_aspect_ratio_policy '{other}'"
+                )));
+            }
         };
         let attr_scales = if upsample && spec.opset < 9 {
             Some(
@@ -136,7 +156,11 @@ impl ResizeKernel {
 
     /// Output shape, per-axis scales and per-axis roi `(start, end)`.
     #[allow(clippy::type_complexity)]
-    fn plan(&self, inputs: &[Option<&Tensor>], xs: &[usize]) -> Result<(Vec<usize>, Vec<f64>, Vec<(f64, f64)>), OpError> {
+    fn plan(
+        &self,
+        inputs: &[Option<&Tensor>],
+        xs: &[usize],
+    ) -> Result<(Vec<usize>, Vec<f64>, Vec<(f64, f64)>), OpError> {
         let r = xs.len();
         let nonempty = |i: usize| inputs.get(i).copied().flatten().filter(|t| !t.is_empty());
         let floats = |t: &Tensor| -> Result<Vec<f64>, OpError> {
@@ -145,16 +169,28 @@ impl ResizeKernel {
         };
         let axes: Vec<usize> = match &self.axes {
             None => (0..r).collect(),
-            Some(a) => a.iter().map(|&x| normalize_axis(x, r)).collect::<Result<_, _>>()?,
+            Some(a) => a
+                .iter()
+                .map(|&x| normalize_axis(x, r))
+                .collect::<Result<_, _>>()?,
         };
         let (scales_in, sizes_in, roi_in) = if let Some(s) = &self.attr_scales {
-            (Some(s.iter().map(|&v| v as f64).collect::<Vec<_>>()), None, None)
+            (
+                Some(s.iter().map(|&v| v as f64).collect::<Vec<_>>()),
+                None,
+                None,
+            )
         } else if self.legacy_inputs {
             (nonempty(1).map(floats).transpose()?, None, None)
         } else {
             (
                 nonempty(2).map(floats).transpose()?,
-                nonempty(3).map(|t| t.to_i64_vec().ok_or_else(|| OpError::invalid("sizes must be int64"))).transpose()?,
+                nonempty(3)
+                    .map(|t| {
+                        t.to_i64_vec()
+                            .ok_or_else(|| OpError::invalid("sizes must be int64"))
+                    })
+                    .transpose()?,
                 nonempty(1).map(floats).transpose()?,
             )
         };
@@ -164,7 +200,10 @@ impl ResizeKernel {
         {
             let n = axes.len();
             if v.len() != 2 * n {
-                return Err(OpError::invalid(format!("roi of {} values for {n} axes", v.len())));
+                return Err(OpError::invalid(format!(
+                    "roi of {} values for {n} axes",
+                    v.len()
+                )));
             }
             for (k, &ax) in axes.iter().enumerate() {
                 roi[ax] = (v[k], v[k + n]);
@@ -175,7 +214,11 @@ impl ResizeKernel {
         match (scales_in, sizes_in) {
             (Some(s), None) => {
                 if s.len() != axes.len() {
-                    return Err(OpError::invalid(format!("{} scales for {} axes", s.len(), axes.len())));
+                    return Err(OpError::invalid(format!(
+                        "{} scales for {} axes",
+                        s.len(),
+                        axes.len()
+                    )));
                 }
                 for (k, &ax) in axes.iter().enumerate() {
                     if s[k] <= 0.0 {
@@ -187,7 +230,11 @@ impl ResizeKernel {
             }
             (None, Some(z)) => {
                 if z.len() != axes.len() {
-                    return Err(OpError::invalid(format!("{} sizes for {} axes", z.len(), axes.len())));
+                    return Err(OpError::invalid(format!(
+                        "{} sizes for {} axes",
+                        z.len(),
+                        axes.len()
+                    )));
                 }
                 if z.iter().any(|&v| v < 0) {
                     return Err(OpError::invalid(format!("sizes {z:?}")));
@@ -195,8 +242,16 @@ impl ResizeKernel {
                 let ratio = |k: usize, ax: usize| z[k] as f64 / xs[ax] as f64;
                 let common = match self.policy {
                     AspectPolicy::Stretch => None,
-                    AspectPolicy::NotLarger => axes.iter().enumerate().map(|(k, &ax)| ratio(k, ax)).reduce(f64::min),
-                    AspectPolicy::NotSmaller => axes.iter().enumerate().map(|(k, &ax)| ratio(k, ax)).reduce(f64::max),
+                    AspectPolicy::NotLarger => axes
+                        .iter()
+                        .enumerate()
+                        .map(|(k, &ax)| ratio(k, ax))
+                        .reduce(f64::min),
+                    AspectPolicy::NotSmaller => axes
+                        .iter()
+                        .enumerate()
+                        .map(|(k, &ax)| ratio(k, ax))
+                        .reduce(f64::max),
                 };
                 for (k, &ax) in axes.iter().enumerate() {
                     match common {
@@ -211,7 +266,9 @@ impl ResizeKernel {
                     }
                 }
             }
-            (Some(_), Some(_)) => return Err(OpError::invalid("Resize given both scales and sizes")),
+            (Some(_), Some(_)) => {
+                return Err(OpError::invalid("Resize given both scales and sizes"));
+            }
             (None, None) => return Err(OpError::invalid("Resize needs scales or sizes")),
         }
         Ok((out, scales, roi))
@@ -284,7 +341,11 @@ impl ResizeKernel {
             return Taps::One(clamp(i));
         }
         // `base` is the pixel left of x (x - 1 when x is an integer), ratio in (0, 1].
-        let base = if integer { x as i64 - 1 } else { x.floor() as i64 };
+        let base = if integer {
+            x as i64 - 1
+        } else {
+            x.floor() as i64
+        };
         let ratio = x - base as f64;
         let a = self.cubic_a;
         let aa = self.antialias && scale < 1.0;
@@ -388,7 +449,14 @@ macro_rules! int_sample {
 int_sample!(u8, i8, i32, i64);
 
 /// Resizes one axis: data viewed as `[outer, in_w, inner]` becomes `[outer, out_w, inner]`.
-fn resize_axis<T: Sample>(x: &[T], outer: usize, in_w: usize, inner: usize, taps: &[Taps], extrapolation: f64) -> Vec<T> {
+fn resize_axis<T: Sample>(
+    x: &[T],
+    outer: usize,
+    in_w: usize,
+    inner: usize,
+    taps: &[Taps],
+    extrapolation: f64,
+) -> Vec<T> {
     let out_w = taps.len();
     let mut y: Vec<T> = Vec::with_capacity(outer * out_w * inner);
     y.resize(outer * out_w * inner, T::from_f64(0.0));
@@ -429,11 +497,19 @@ fn resize_axis<T: Sample>(x: &[T], outer: usize, in_w: usize, inner: usize, taps
 }
 
 impl ResizeKernel {
-    fn resize<T: Sample>(&self, x: Vec<T>, xs: &[usize], out: &[usize], scales: &[f64], roi: &[(f64, f64)]) -> Vec<T> {
+    fn resize<T: Sample>(
+        &self,
+        x: Vec<T>,
+        xs: &[usize],
+        out: &[usize],
+        scales: &[f64],
+        roi: &[(f64, f64)],
+    ) -> Vec<T> {
         let mut data = x;
         let mut shape = xs.to_vec();
         for ax in (0..xs.len()).rev() {
-            let unchanged = out[ax] == xs[ax] && scales[ax] == 1.0 && self.coord != Coord::TfCropAndResize;
+            let unchanged =
+                out[ax] == xs[ax] && scales[ax] == 1.0 && self.coord != Coord::TfCropAndResize;
             if unchanged {
                 continue;
             }
@@ -462,17 +538,35 @@ impl Kernel for ResizeKernel {
         let xs = x.shape().to_vec();
         let (out, scales, roi) = self.plan(inputs, &xs)?;
         let y = match x {
-            Tensor::F32(a) => Tensor::F32(shaped(&out, self.resize(contiguous(a).into_owned(), &xs, &out, &scales, &roi))?),
-            Tensor::F64(a) => Tensor::F64(shaped(&out, self.resize(contiguous(a).into_owned(), &xs, &out, &scales, &roi))?),
+            Tensor::F32(a) => Tensor::F32(shaped(
+                &out,
+                self.resize(contiguous(a).into_owned(), &xs, &out, &scales, &roi),
+            )?),
+            Tensor::F64(a) => Tensor::F64(shaped(
+                &out,
+                self.resize(contiguous(a).into_owned(), &xs, &out, &scales, &roi),
+            )?),
             Tensor::F16(a) => {
                 let v: Vec<f32> = a.iter().map(|v| v.to_f32()).collect();
                 let r = self.resize(v, &xs, &out, &scales, &roi);
                 Tensor::F16(shaped(&out, r.into_iter().map(f16::from_f32).collect())?)
             }
-            Tensor::U8(a) => Tensor::U8(shaped(&out, self.resize(contiguous(a).into_owned(), &xs, &out, &scales, &roi))?),
-            Tensor::I8(a) => Tensor::I8(shaped(&out, self.resize(contiguous(a).into_owned(), &xs, &out, &scales, &roi))?),
-            Tensor::I32(a) => Tensor::I32(shaped(&out, self.resize(contiguous(a).into_owned(), &xs, &out, &scales, &roi))?),
-            Tensor::I64(a) => Tensor::I64(shaped(&out, self.resize(contiguous(a).into_owned(), &xs, &out, &scales, &roi))?),
+            Tensor::U8(a) => Tensor::U8(shaped(
+                &out,
+                self.resize(contiguous(a).into_owned(), &xs, &out, &scales, &roi),
+            )?),
+            Tensor::I8(a) => Tensor::I8(shaped(
+                &out,
+                self.resize(contiguous(a).into_owned(), &xs, &out, &scales, &roi),
+            )?),
+            Tensor::I32(a) => Tensor::I32(shaped(
+                &out,
+                self.resize(contiguous(a).into_owned(), &xs, &out, &scales, &roi),
+            )?),
+            Tensor::I64(a) => Tensor::I64(shaped(
+                &out,
+                self.resize(contiguous(a).into_owned(), &xs, &out, &scales, &roi),
+            )?),
             other => return Err(OpError::unsupported(format!("Resize on {}", other.dtype()))),
         };
         Ok(vec![y])

@@ -150,7 +150,8 @@ impl RnnKernel {
         let hidden = a
             .int("hidden_size")?
             .filter(|&h| h > 0)
-            .ok_or_else(|| OpError::invalid("hidden_size missing or not positive"))? as usize;
+            .ok_or_else(|| OpError::invalid("hidden_size missing or not positive"))?
+            as usize;
         let dirs = match a.string_or("direction", "forward")?.as_str() {
             "forward" => vec![false],
             "reverse" => vec![true],
@@ -163,7 +164,11 @@ impl RnnKernel {
             None => dirs.iter().flat_map(|_| per_dir.clone()).collect(),
         };
         if names.len() != per_dir.len() * dirs.len() {
-            return Err(OpError::invalid(format!("{} activations for {} directions", names.len(), dirs.len())));
+            return Err(OpError::invalid(format!(
+                "{} activations for {} directions",
+                names.len(),
+                dirs.len()
+            )));
         }
         let acts = parse_acts(
             &names,
@@ -185,18 +190,28 @@ impl RnnKernel {
     }
 }
 
-fn f32_input<'t>(inputs: &[Option<&'t Tensor>], i: usize, what: &str) -> Result<Option<std::borrow::Cow<'t, [f32]>>, OpError> {
+fn f32_input<'t>(
+    inputs: &[Option<&'t Tensor>],
+    i: usize,
+    what: &str,
+) -> Result<Option<std::borrow::Cow<'t, [f32]>>, OpError> {
     match inputs.get(i).copied().flatten() {
         None => Ok(None),
         Some(t) if t.is_empty() => Ok(None),
         Some(Tensor::F32(a)) => Ok(Some(contiguous(a))),
-        Some(t) => Err(OpError::unsupported(format!("{what} of type {}", t.dtype()))),
+        Some(t) => Err(OpError::unsupported(format!(
+            "{what} of type {}",
+            t.dtype()
+        ))),
     }
 }
 
 fn check_len(v: &[f32], want: usize, what: &str) -> Result<(), OpError> {
     if v.len() != want {
-        return Err(OpError::invalid(format!("{what} has {} values, expected {want}", v.len())));
+        return Err(OpError::invalid(format!(
+            "{what} has {} values, expected {want}",
+            v.len()
+        )));
     }
     Ok(())
 }
@@ -205,20 +220,29 @@ impl Kernel for RnnKernel {
     fn run(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
         let x_t = input(inputs, 0)?;
         let Tensor::F32(xa) = x_t else {
-            return Err(OpError::unsupported(format!("{:?} on {}", self.kind, x_t.dtype())));
+            return Err(OpError::unsupported(format!(
+                "{:?} on {}",
+                self.kind,
+                x_t.dtype()
+            )));
         };
         let xs = xa.shape();
         if xs.len() != 3 {
             return Err(OpError::invalid(format!("RNN input of shape {xs:?}")));
         }
-        let (seq, batch, isz) = if self.batch_first { (xs[1], xs[0], xs[2]) } else { (xs[0], xs[1], xs[2]) };
+        let (seq, batch, isz) = if self.batch_first {
+            (xs[1], xs[0], xs[2])
+        } else {
+            (xs[0], xs[1], xs[2])
+        };
         // Time-major copy of X: [seq, batch, input].
         let x: Vec<f32> = if self.batch_first {
             let v = contiguous(xa);
             let mut t = vec![0.0; v.len()];
             for b in 0..batch {
                 for s in 0..seq {
-                    t[(s * batch + b) * isz..][..isz].copy_from_slice(&v[(b * seq + s) * isz..][..isz]);
+                    t[(s * batch + b) * isz..][..isz]
+                        .copy_from_slice(&v[(b * seq + s) * isz..][..isz]);
                 }
             }
             t
@@ -238,7 +262,9 @@ impl Kernel for RnnKernel {
         let lens: Vec<usize> = match inputs.get(4).copied().flatten() {
             None => vec![seq; batch],
             Some(t) => {
-                let v = t.to_i64_vec().ok_or_else(|| OpError::invalid("sequence_lens must be integers"))?;
+                let v = t
+                    .to_i64_vec()
+                    .ok_or_else(|| OpError::invalid("sequence_lens must be integers"))?;
                 if v.len() != batch || v.iter().any(|&l| l < 0 || l as usize > seq) {
                     return Err(OpError::invalid(format!("sequence_lens {v:?}")));
                 }
@@ -246,11 +272,23 @@ impl Kernel for RnnKernel {
             }
         };
         let init_h = f32_input(inputs, 5, "initial_h")?;
-        let init_c = if self.kind == Kind::Lstm { f32_input(inputs, 6, "initial_c")? } else { None };
-        let peep = if self.kind == Kind::Lstm { f32_input(inputs, 7, "P")? } else { None };
+        let init_c = if self.kind == Kind::Lstm {
+            f32_input(inputs, 6, "initial_c")?
+        } else {
+            None
+        };
+        let peep = if self.kind == Kind::Lstm {
+            f32_input(inputs, 7, "P")?
+        } else {
+            None
+        };
         // Initial states are [dirs, batch, H] (layout 0) or [batch, dirs, H] (layout 1).
         let state_at = |v: &[f32], d: usize, b: usize| -> Vec<f32> {
-            let off = if self.batch_first { (b * nd + d) * h } else { (d * batch + b) * h };
+            let off = if self.batch_first {
+                (b * nd + d) * h
+            } else {
+                (d * batch + b) * h
+            };
             v[off..][..h].to_vec()
         };
         for (v, what) in [(&init_h, "initial_h"), (&init_c, "initial_c")] {
@@ -275,12 +313,25 @@ impl Kernel for RnnKernel {
             let wd = &w[d * gh * isz..][..gh * isz];
             let rd = &r[d * gh * h..][..gh * h];
             let (wb, rb): (Vec<f32>, Vec<f32>) = match &bias {
-                Some(b) => (b[d * 2 * gh..][..gh].to_vec(), b[d * 2 * gh + gh..][..gh].to_vec()),
+                Some(b) => (
+                    b[d * 2 * gh..][..gh].to_vec(),
+                    b[d * 2 * gh + gh..][..gh].to_vec(),
+                ),
                 None => (vec![0.0; gh], vec![0.0; gh]),
             };
             // Input projections of all steps: [seq * batch, gh].
             let mut xw = vec![0.0f32; seq * batch * gh];
-            gu::gemm(seq * batch, gh, isz, MatRef::row_major(&x, isz), MatRef::transposed(wd, isz), &mut xw, gh, false, 1.0);
+            gu::gemm(
+                seq * batch,
+                gh,
+                isz,
+                MatRef::row_major(&x, isz),
+                MatRef::transposed(wd, isz),
+                &mut xw,
+                gh,
+                false,
+                1.0,
+            );
             let mut hs: Vec<f32> = (0..batch)
                 .flat_map(|b| init_h.as_ref().map_or(vec![0.0; h], |v| state_at(v, d, b)))
                 .collect();
@@ -292,8 +343,22 @@ impl Kernel for RnnKernel {
             let mut rh = vec![0.0f32; batch * h];
             for step in 0..seq {
                 // Recurrent projection of all rows; ended rows are ignored below.
-                let rows = if self.kind == Kind::Gru && !self.linear_before_reset { 2 * h } else { gh };
-                gu::gemm_serial(batch, rows, h, MatRef::row_major(&hs, h), MatRef::transposed(&rd[..rows * h], h), &mut hr, gh, false, 1.0);
+                let rows = if self.kind == Kind::Gru && !self.linear_before_reset {
+                    2 * h
+                } else {
+                    gh
+                };
+                gu::gemm_serial(
+                    batch,
+                    rows,
+                    h,
+                    MatRef::row_major(&hs, h),
+                    MatRef::transposed(&rd[..rows * h], h),
+                    &mut hr,
+                    gh,
+                    false,
+                    1.0,
+                );
                 if self.kind == Kind::Gru && !self.linear_before_reset {
                     // (r ⊙ h) Rhᵀ needs r first.
                     for b in 0..batch {
@@ -303,12 +368,24 @@ impl Kernel for RnnKernel {
                         let t = if reverse { lens[b] - 1 - step } else { step };
                         let xr = &xw[(t * batch + b) * gh..][..gh];
                         for j in 0..h {
-                            let rg = acts[0].apply(clip(xr[h + j] + hr[b * gh + h + j] + wb[h + j] + rb[h + j]));
+                            let rg = acts[0].apply(clip(
+                                xr[h + j] + hr[b * gh + h + j] + wb[h + j] + rb[h + j],
+                            ));
                             rh[b * h + j] = rg * hs[b * h + j];
                         }
                     }
                     let mut tmp = vec![0.0f32; batch * h];
-                    gu::gemm_serial(batch, h, h, MatRef::row_major(&rh, h), MatRef::transposed(&rd[2 * h * h..][..h * h], h), &mut tmp, h, false, 1.0);
+                    gu::gemm_serial(
+                        batch,
+                        h,
+                        h,
+                        MatRef::row_major(&rh, h),
+                        MatRef::transposed(&rd[2 * h * h..][..h * h], h),
+                        &mut tmp,
+                        h,
+                        false,
+                        1.0,
+                    );
                     for b in 0..batch {
                         hr[b * gh + 2 * h..][..h].copy_from_slice(&tmp[b * h..][..h]);
                     }
@@ -328,7 +405,8 @@ impl Kernel for RnnKernel {
                             // Gate order i, o, f, c; peepholes i, o, f.
                             let (f, gg, hh) = (acts[0], acts[1], acts[2]);
                             for j in 0..h {
-                                let (pi, po, pf) = pd.map_or((0.0, 0.0, 0.0), |p| (p[j], p[h + j], p[2 * h + j]));
+                                let (pi, po, pf) =
+                                    pd.map_or((0.0, 0.0, 0.0), |p| (p[j], p[h + j], p[2 * h + j]));
                                 let c_prev = cb[j];
                                 let i = f.apply(clip(pre(j) + pi * c_prev));
                                 let fg = f.apply(clip(pre(2 * h + j) + pf * c_prev));
@@ -346,7 +424,11 @@ impl Kernel for RnnKernel {
                                 let z = f.apply(clip(pre(j)));
                                 let hn = if self.linear_before_reset {
                                     let rg = f.apply(clip(pre(h + j)));
-                                    gg.apply(clip(xr[2 * h + j] + wb[2 * h + j] + rg * (hrb[2 * h + j] + rb[2 * h + j])))
+                                    gg.apply(clip(
+                                        xr[2 * h + j]
+                                            + wb[2 * h + j]
+                                            + rg * (hrb[2 * h + j] + rb[2 * h + j]),
+                                    ))
                                 } else {
                                     gg.apply(clip(pre(2 * h + j)))
                                 };
@@ -368,7 +450,10 @@ impl Kernel for RnnKernel {
             }
         }
         let arr = |shape: &[usize], v: Vec<f32>| -> Result<Tensor, OpError> {
-            Ok(Tensor::F32(ArrayD::from_shape_vec(IxDyn(shape), v).map_err(|e| OpError::invalid(e.to_string()))?))
+            Ok(Tensor::F32(
+                ArrayD::from_shape_vec(IxDyn(shape), v)
+                    .map_err(|e| OpError::invalid(e.to_string()))?,
+            ))
         };
         let (y, yh, yc, ys, ss) = if self.batch_first {
             // Y [batch, seq, dirs, H]; states [batch, dirs, H].
@@ -376,7 +461,8 @@ impl Kernel for RnnKernel {
             for s in 0..seq {
                 for d in 0..nd {
                     for b in 0..batch {
-                        y2[((b * seq + s) * nd + d) * h..][..h].copy_from_slice(&y[((s * nd + d) * batch + b) * h..][..h]);
+                        y2[((b * seq + s) * nd + d) * h..][..h]
+                            .copy_from_slice(&y[((s * nd + d) * batch + b) * h..][..h]);
                     }
                 }
             }
@@ -389,7 +475,13 @@ impl Kernel for RnnKernel {
                 }
                 o
             };
-            (y2, swap(&yh), swap(&yc), vec![batch, seq, nd, h], vec![batch, nd, h])
+            (
+                y2,
+                swap(&yh),
+                swap(&yc),
+                vec![batch, seq, nd, h],
+                vec![batch, nd, h],
+            )
         } else {
             (y, yh, yc, vec![seq, nd, batch, h], vec![nd, batch, h])
         };
