@@ -150,7 +150,10 @@ impl Margins {
 /// "Nice" ticks (multiples of 1, 2 or 5 times a power of ten) inside [lo, hi], at most
 /// `max_count` of them (and at least two when the range allows).
 pub(crate) fn nice_ticks(lo: f64, hi: f64, max_count: usize) -> Vec<f64> {
-    if !(hi > lo) || !lo.is_finite() || !hi.is_finite() {
+    if hi.partial_cmp(&lo) != Some(std::cmp::Ordering::Greater)
+        || !lo.is_finite()
+        || !hi.is_finite()
+    {
         return vec![lo];
     }
     let max_count = max_count.max(2);

@@ -203,13 +203,11 @@ fn render_svg(
         .ok_or_else(|| PlotError::Draw("SVG backend produced no closing tag".into()))?;
     svg.insert_str(end, &glyphs.into_inner().into_markup());
     // The document's accessible name, and a way to find the figure by its title.
-    if !title.is_empty() {
-        if let Some(open_end) = svg
-            .find("<svg")
-            .and_then(|i| svg[i..].find('>').map(|j| i + j + 1))
-        {
-            svg.insert_str(open_end, &format!("\n<title>{}</title>", xml_escape(title)));
-        }
+    let open_end = svg
+        .find("<svg")
+        .and_then(|i| svg[i..].find('>').map(|j| i + j + 1));
+    if let Some(open_end) = open_end.filter(|_| !title.is_empty()) {
+        svg.insert_str(open_end, &format!("\n<title>{}</title>", xml_escape(title)));
     }
     Ok(svg)
 }

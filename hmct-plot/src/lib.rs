@@ -7,8 +7,10 @@
 //!
 //! Text always comes from DejaVu Sans embedded in the binary (see `assets/`): no system
 //! font, fontconfig or freetype is consulted. In PNGs the glyphs are rasterised from it;
-//! in SVGs every string is written as filled `<path>` outlines rather than `<text>`
-//! (plotters' SVG backend would name a font family and leave the viewer to find one).
+//! in SVGs every glyph outline is defined once as a `<path>` and each string is a group
+//! of `<use>` references (with an `aria-label` holding the text, and the figure title in
+//! `<title>`), never `<text>`: plotters' SVG backend writes `<text font-family=...>` and
+//! leaves the viewer to find a matching font, so output would differ between machines.
 
 mod boxplot;
 mod draw;

@@ -315,11 +315,11 @@ impl SvgText {
             color.alpha
         );
         for &(id, pen) in &line.glyphs {
-            if !self.outlines.contains_key(&id.0) {
-                let d = outline_path(font, id);
-                self.outlines.insert(id.0, d);
-            }
-            if self.outlines[&id.0].is_empty() {
+            let outline = self
+                .outlines
+                .entry(id.0)
+                .or_insert_with(|| outline_path(font, id));
+            if outline.is_empty() {
                 continue;
             }
             // Font units are y-up, pixels y-down: scale y by -sy, then turn, then move.
