@@ -163,6 +163,7 @@ struct BatchNorm {
     epsilon: f32,
     momentum: f32,
     training: bool,
+    num_outputs: usize,
 }
 
 impl BatchNorm {
@@ -180,6 +181,7 @@ impl BatchNorm {
             epsilon: spec.attrs.float_or("epsilon", 1e-5)?,
             momentum: spec.attrs.float_or("momentum", 0.9)?,
             training,
+            num_outputs: spec.num_outputs,
         })
     }
 }
@@ -237,6 +239,7 @@ impl Kernel for BatchNorm {
                 outs.push(rebuild(like, &[c], rm)?);
                 outs.push(rebuild(like, &[c], rv)?);
             }
+            outs.truncate(self.num_outputs.max(1));
             Ok(outs)
         })
     }
@@ -285,6 +288,7 @@ fn expand_to(p: &Tensor, shape: &[usize], what: &str) -> Result<Vec<f64>, OpErro
 struct LayerNorm {
     axis: i64,
     epsilon: f32,
+    num_outputs: usize,
 }
 
 impl LayerNorm {
@@ -298,6 +302,7 @@ impl LayerNorm {
         Ok(LayerNorm {
             axis: spec.attrs.int_or("axis", -1)?,
             epsilon: spec.attrs.float_or("epsilon", 1e-5)?,
+            num_outputs: spec.num_outputs,
         })
     }
 }
@@ -339,7 +344,9 @@ impl Kernel for LayerNorm {
             let f32s = |d: Vec<f64>| -> Result<Tensor, OpError> {
                 Ok(Tensor::F32(shaped(&stat_shape, d.into_iter().map(|q| q as f32).collect())?))
             };
-            Ok(vec![rebuild(x, &xs, v)?, f32s(mean)?, f32s(inv)?])
+            let mut outs = vec![rebuild(x, &xs, v)?, f32s(mean)?, f32s(inv)?];
+            outs.truncate(self.num_outputs.max(1));
+            Ok(outs)
         })
     }
 }

@@ -142,6 +142,7 @@ struct RnnKernel {
     clip: Option<f32>,
     batch_first: bool,
     linear_before_reset: bool,
+    num_outputs: usize,
 }
 
 impl RnnKernel {
@@ -186,6 +187,7 @@ impl RnnKernel {
             clip: a.float("clip")?,
             batch_first: a.int_or("layout", 0)? != 0,
             linear_before_reset: a.int_or("linear_before_reset", 0)? != 0,
+            num_outputs: spec.num_outputs,
         })
     }
 }
@@ -489,6 +491,8 @@ impl Kernel for RnnKernel {
         if self.kind == Kind::Lstm {
             outs.push(arr(&ss, yc)?);
         }
+        // The node may declare fewer outputs than the operator has.
+        outs.truncate(self.num_outputs.max(1));
         Ok(outs)
     }
 }
