@@ -27,11 +27,11 @@ pub(crate) fn constant_node_value(model: &Model, id: NodeId) -> Result<Tensor, I
                 .t
                 .as_ref()
                 .ok_or_else(|| err("attribute 'value' holds no tensor".into()))?;
-            hmct_tensor::tensor_from_proto(t, model.base_dir()).map_err(|source| {
+            hmct_tensor::tensor_from_proto(t, model.base_dir()).map_err(|error| {
                 IrError::Tensor {
                     file: model.file().to_string(),
                     value: node.output.first().cloned().unwrap_or_default(),
-                    source,
+                    error,
                 }
             })?
         }

@@ -3,20 +3,20 @@
 use hmct_tensor::TensorError;
 
 /// What went wrong, naming the model (`file`: its path, or `<memory>` for bytes) and
-/// the node or value involved.
+/// the node or value involved. Messages are complete on their own (underlying I/O,
+/// decode and tensor errors are part of the text, not a separate `source`), so
+/// printing an error chain never repeats them.
 #[derive(Debug, thiserror::Error)]
 pub enum IrError {
-    #[error("{file}: {source}")]
+    #[error("{file}: {error}")]
     Io {
         file: String,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("{file}: not an ONNX model, or a truncated one ({source})")]
+    #[error("{file}: not an ONNX model, or a truncated one ({error})")]
     Decode {
         file: String,
-        #[source]
-        source: prost::DecodeError,
+        error: prost::DecodeError,
     },
     #[error("{file}: not an ONNX model: {message}")]
     NotOnnx { file: String, message: String },
@@ -46,12 +46,11 @@ pub enum IrError {
     NotCalibration { file: String, node: String },
     #[error("calibration node '{node}': {message}")]
     InvalidCalibration { node: String, message: String },
-    #[error("{file}: value '{value}': {source}")]
+    #[error("{file}: value '{value}': {error}")]
     Tensor {
         file: String,
         value: String,
-        #[source]
-        source: TensorError,
+        error: TensorError,
     },
     #[error("{file}: Constant node '{node}': {message}")]
     InvalidConstant {

@@ -64,9 +64,9 @@ struct Index {
 pub fn load_model(path: impl AsRef<Path>) -> Result<Model, IrError> {
     let path = path.as_ref();
     let file = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| IrError::Io {
+    let bytes = std::fs::read(path).map_err(|error| IrError::Io {
         file: file.clone(),
-        source,
+        error,
     })?;
     let base_dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -81,9 +81,9 @@ pub fn load_model_from_bytes(bytes: &[u8]) -> Result<Model, IrError> {
 }
 
 fn decode(bytes: &[u8], file: String, base_dir: Option<PathBuf>) -> Result<Model, IrError> {
-    let proto = ModelProto::decode(bytes).map_err(|source| IrError::Decode {
+    let proto = ModelProto::decode(bytes).map_err(|error| IrError::Decode {
         file: file.clone(),
-        source,
+        error,
     })?;
     // Protobuf accepts many byte strings (even an empty one) as a message; these
     // checks tell an ONNX model from other data and from a file cut at a field end.
@@ -129,9 +129,9 @@ pub fn save_model(model: &Model, path: impl AsRef<Path>) -> Result<(), IrError> 
 
 /// Writes `bytes` to `path` through a temporary file in the same folder and a rename.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), IrError> {
-    let io = |source| IrError::Io {
+    let io = |error| IrError::Io {
         file: path.display().to_string(),
-        source,
+        error,
     };
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
@@ -310,10 +310,10 @@ impl Model {
         if let Some(t) = self.initializer(value) {
             return hmct_tensor::tensor_from_proto(t, self.base_dir())
                 .map(Some)
-                .map_err(|source| IrError::Tensor {
+                .map_err(|error| IrError::Tensor {
                     file: self.file.clone(),
                     value: value.to_string(),
-                    source,
+                    error,
                 });
         }
         match self.producer(value) {

@@ -24,9 +24,9 @@ fn small_model_bytes() -> Vec<u8> {
 fn missing_file() {
     let err = load_model("/nonexistent/dir/model.onnx").unwrap_err();
     match &err {
-        IrError::Io { file, source } => {
+        IrError::Io { file, error } => {
             assert_eq!(file, "/nonexistent/dir/model.onnx");
-            assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+            assert_eq!(error.kind(), std::io::ErrorKind::NotFound);
         }
         other => panic!("{other:?}"),
     }
