@@ -1,6 +1,28 @@
+//! Reductions and ops that work along an axis: ReduceX, ArgMax/ArgMin, TopK, CumSum,
+//! Softmax/LogSoftmax/Hardmax.
+//!
+//! Every kernel views its input as `[outer, len, inner]` around the reduced axis (or
+//! block of axes) and accumulates each output in a fixed order that does not depend on
+//! how work is split across threads. Float sums accumulate in f64.
+
+mod arg;
+mod cumsum;
+mod fold;
+mod softmax;
+
 use super::{Kernel, NodeSpec, OpError};
 
+/// `[outer, len, inner]` sizes of `shape` around axes `a0..=a1`.
+pub(crate) fn split3(shape: &[usize], a0: usize, a1: usize) -> (usize, usize, usize) {
+    let outer = shape[..a0].iter().product();
+    let len = shape[a0..=a1].iter().product();
+    let inner = shape[a1 + 1..].iter().product();
+    (outer, len, inner)
+}
+
 pub(crate) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>> {
-    let _ = spec;
-    None
+    fold::build(spec)
+        .or_else(|| arg::build(spec))
+        .or_else(|| cumsum::build(spec))
+        .or_else(|| softmax::build(spec))
 }

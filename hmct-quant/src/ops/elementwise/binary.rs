@@ -1,0 +1,366 @@
+//! Broadcasting ops over two or more inputs: arithmetic, Pow, Mod, BitShift,
+//! comparisons, logic, Where, PRelu and the variadic Min/Max/Sum/Mean.
+
+use hmct_tensor::Tensor;
+use hmct_tensor::ndarray::ArrayD;
+
+use super::broadcast::{binary, ternary, unary};
+use super::num::{Num, with_num, with_num2, with_same2};
+use crate::ops::{Kernel, NodeSpec, OpError, input};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Arith {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    /// numpy-style remainder (sign of the divisor). ONNX asks for fmod=1 on floats,
+    /// but its own tests (and onnxruntime) also define fmod=0 there, as numpy `mod`.
+    Mod,
+    /// C-style remainder (sign of the dividend).
+    FMod,
+    Min,
+    Max,
+}
+
+fn type_error(what: &str, a: &Tensor, b: &Tensor) -> OpError {
+    if a.dtype() == b.dtype() {
+        OpError::unsupported(format!("{what} on {}", a.dtype()))
+    } else {
+        OpError::invalid(format!(
+            "{what} inputs have different types {} and {}",
+            a.dtype(),
+            b.dtype()
+        ))
+    }
+}
+
+fn arith(op: Arith, a: &Tensor, b: &Tensor) -> Result<Tensor, OpError> {
+    with_num2!(a, b, (x, y) => Ok(Tensor::from(match op {
+        Arith::Add => binary(x, y, Num::add)?,
+        Arith::Sub => binary(x, y, Num::sub)?,
+        Arith::Mul => binary(x, y, Num::mul)?,
+        Arith::Div => binary(x, y, Num::div)?,
+        Arith::Mod => binary(x, y, Num::floor_mod)?,
+        Arith::FMod => binary(x, y, Num::fmod)?,
+        Arith::Min => binary(x, y, Num::min_nan)?,
+        Arith::Max => binary(x, y, Num::max_nan)?,
+    })), _ => Err(type_error(&format!("{op:?}"), a, b)))
+}
+
+/// Integer power with wrapping; negative exponents truncate like `1 / b^-e`.
+fn ipow(mut b: i64, mut e: i64) -> i64 {
+    if e < 0 {
+        return match b {
+            1 => 1,
+            -1 => {
+                if e % 2 == 0 {
+                    1
+                } else {
+                    -1
+                }
+            }
+            _ => 0,
+        };
+    }
+    let mut r: i64 = 1;
+    while e > 0 {
+        if e & 1 == 1 {
+            r = r.wrapping_mul(b);
+        }
+        b = b.wrapping_mul(b);
+        e >>= 1;
+    }
+    r
+}
+
+/// `b ^ e` in the base's type: exact for integers, through f64 otherwise.
+#[inline]
+fn pow_mixed<T: Num, E: Num>(b: T, e: E) -> T {
+    if !T::FLOAT && !E::FLOAT {
+        T::from_i64(ipow(b.to_i64(), e.to_i64()))
+    } else {
+        T::from_f64(b.to_f64().powf(e.to_f64()))
+    }
+}
+
+fn pow_base<T: Num>(x: &ArrayD<T>, e: &Tensor) -> Result<Tensor, OpError> {
+    with_num!(e, y => Ok(T::wrap(binary(x, y, pow_mixed)?)),
+        other => Err(OpError::unsupported(format!("Pow exponent of type {}", other.dtype()))))
+}
+
+fn pow(a: &Tensor, b: &Tensor) -> Result<Tensor, OpError> {
+    match (a, b) {
+        (Tensor::F32(x), Tensor::F32(y)) => {
+            // Squares (unfolded LayerNorm variance) deserve a multiply, not a libm call.
+            if y.len() == 1 && y.iter().all(|&e| e == 2.0) {
+                return Ok(Tensor::F32(binary(x, y, |v, _| v * v)?));
+            }
+            Ok(Tensor::F32(binary(x, y, f32::powf)?))
+        }
+        (Tensor::F64(x), Tensor::F64(y)) => Ok(Tensor::F64(binary(x, y, f64::powf)?)),
+        (Tensor::F32(x), e) => pow_base(x, e),
+        (Tensor::F64(x), e) => pow_base(x, e),
+        (Tensor::F16(x), e) => pow_base(x, e),
+        (Tensor::BF16(x), e) => pow_base(x, e),
+        (Tensor::I32(x), e) => pow_base(x, e),
+        (Tensor::I64(x), e) => pow_base(x, e),
+        (other, _) => Err(OpError::unsupported(format!(
+            "Pow base of type {}",
+            other.dtype()
+        ))),
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Cmp {
+    Equal,
+    Less,
+    LessOrEqual,
+    Greater,
+    GreaterOrEqual,
+}
+
+fn compare(op: Cmp, a: &Tensor, b: &Tensor) -> Result<Tensor, OpError> {
+    if op == Cmp::Equal {
+        match (a, b) {
+            (Tensor::Bool(x), Tensor::Bool(y)) => {
+                return Ok(Tensor::Bool(binary(x, y, |p, q| p == q)?));
+            }
+            (Tensor::String(x), Tensor::String(y)) => {
+                return Ok(Tensor::Bool(ternary(x, y, x, |p, q, _| p == q)?));
+            }
+            _ => {}
+        }
+    }
+    with_num2!(a, b, (x, y) => Ok(Tensor::Bool(match op {
+        Cmp::Equal => binary(x, y, |p, q| p == q)?,
+        Cmp::Less => binary(x, y, |p, q| p < q)?,
+        Cmp::LessOrEqual => binary(x, y, |p, q| p <= q)?,
+        Cmp::Greater => binary(x, y, |p, q| p > q)?,
+        Cmp::GreaterOrEqual => binary(x, y, |p, q| p >= q)?,
+    })), _ => Err(type_error(&format!("{op:?}"), a, b)))
+}
+
+fn logic(op: &str, a: &Tensor, b: &Tensor) -> Result<Tensor, OpError> {
+    let (Tensor::Bool(x), Tensor::Bool(y)) = (a, b) else {
+        return Err(OpError::invalid(format!(
+            "{op} needs bool inputs, got {} and {}",
+            a.dtype(),
+            b.dtype()
+        )));
+    };
+    Ok(Tensor::Bool(match op {
+        "And" => binary(x, y, |p, q| p & q)?,
+        "Or" => binary(x, y, |p, q| p | q)?,
+        _ => binary(x, y, |p, q| p ^ q)?,
+    }))
+}
+
+/// Shift counts outside `0..bits` give 0, or -1 for a right shift of a negative
+/// value (what an arithmetic shift tends to); left shifts of signed values wrap.
+fn bit_shift(left: bool, a: &Tensor, b: &Tensor) -> Result<Tensor, OpError> {
+    macro_rules! shift {
+        ($t:ident, $x:expr, $y:expr) => {{
+            let bits = $t::BITS as i64;
+            #[allow(unused_comparisons)]
+            let out = if left {
+                binary($x, $y, |v: $t, s: $t| {
+                    let s = s as i64;
+                    if (0..bits).contains(&s) {
+                        v.wrapping_shl(s as u32)
+                    } else {
+                        0
+                    }
+                })?
+            } else {
+                binary($x, $y, |v: $t, s: $t| {
+                    let s = s as i64;
+                    if (0..bits).contains(&s) {
+                        v >> s
+                    } else if v < 0 {
+                        (0 as $t).wrapping_sub(1)
+                    } else {
+                        0
+                    }
+                })?
+            };
+            out
+        }};
+    }
+    Ok(match (a, b) {
+        (Tensor::U8(x), Tensor::U8(y)) => Tensor::U8(shift!(u8, x, y)),
+        (Tensor::U16(x), Tensor::U16(y)) => Tensor::U16(shift!(u16, x, y)),
+        (Tensor::U32(x), Tensor::U32(y)) => Tensor::U32(shift!(u32, x, y)),
+        (Tensor::U64(x), Tensor::U64(y)) => Tensor::U64(shift!(u64, x, y)),
+        (Tensor::I8(x), Tensor::I8(y)) => Tensor::I8(shift!(i8, x, y)),
+        (Tensor::I16(x), Tensor::I16(y)) => Tensor::I16(shift!(i16, x, y)),
+        (Tensor::I32(x), Tensor::I32(y)) => Tensor::I32(shift!(i32, x, y)),
+        (Tensor::I64(x), Tensor::I64(y)) => Tensor::I64(shift!(i64, x, y)),
+        _ => return Err(type_error("BitShift", a, b)),
+    })
+}
+
+fn prelu(x: &Tensor, slope: &Tensor, per_channel: bool) -> Result<Tensor, OpError> {
+    // Before opset 7 a 1-D slope of length C applies along axis 1 (NCHW channels).
+    let reshaped;
+    let slope = match (x.shape(), slope.shape()) {
+        ([_, c, rest @ ..], &[s]) if per_channel && s == *c && s > 1 => {
+            let shape: Vec<usize> = std::iter::once(s).chain(rest.iter().map(|_| 1)).collect();
+            reshaped = crate::ops::shape::reshaped(slope, &shape)?;
+            &reshaped
+        }
+        _ => slope,
+    };
+    let out = with_num2!(x, slope, (a, s) => Tensor::from(
+        binary(a, s, |v, k| if v < Num::ZERO { v.mul(k) } else { v })?
+    ), _ => return Err(type_error("PRelu", x, slope)));
+    if out.shape() != x.shape() {
+        return Err(OpError::invalid(format!(
+            "PRelu slope of shape {:?} does not broadcast to the input shape {:?}",
+            slope.shape(),
+            x.shape()
+        )));
+    }
+    Ok(out)
+}
+
+fn where_(c: &Tensor, x: &Tensor, y: &Tensor) -> Result<Tensor, OpError> {
+    let Tensor::Bool(c) = c else {
+        return Err(OpError::invalid(format!(
+            "Where condition must be bool, got {}",
+            c.dtype()
+        )));
+    };
+    with_same2!(x, y, (a, b) => Ok(Tensor::from(
+        ternary(c, a, b, |&c, p, q| if c { p.clone() } else { q.clone() })?
+    )), _ => Err(type_error("Where", x, y)))
+}
+
+/// Min/Max/Sum/Mean: a left fold over the inputs (fixed order), Mean divides last.
+fn variadic(op: &str, inputs: &[Option<&Tensor>]) -> Result<Tensor, OpError> {
+    let mut acc = input(inputs, 0)?.clone();
+    for i in 1..inputs.len() {
+        let next = input(inputs, i)?;
+        acc = arith(
+            match op {
+                "Min" => Arith::Min,
+                "Max" => Arith::Max,
+                _ => Arith::Add,
+            },
+            &acc,
+            next,
+        )?;
+    }
+    if op == "Mean" && inputs.len() > 1 {
+        let n = inputs.len() as i64;
+        acc = with_num!(&acc, a => Tensor::from(unary(a, |v| v.div(Num::from_i64(n)))),
+            other => return Err(OpError::unsupported(format!("Mean on {}", other.dtype()))));
+    }
+    Ok(acc)
+}
+
+/// Before opset 7, `broadcast=1` with `axis` lines the second input up with the
+/// first starting at `axis` instead of at the trailing dimension.
+fn legacy_align(a: &Tensor, b: &Tensor, axis: i64) -> Result<Tensor, OpError> {
+    let (ra, rb) = (a.shape().len() as i64, b.shape().len() as i64);
+    let ax = if axis < 0 { axis + ra } else { axis };
+    if ax < 0 || ax + rb > ra {
+        return Err(OpError::invalid(format!(
+            "legacy broadcast of {:?} into {:?} at axis {axis}",
+            b.shape(),
+            a.shape()
+        )));
+    }
+    let shape: Vec<usize> = std::iter::repeat_n(1, ax as usize)
+        .chain(b.shape().iter().copied())
+        .chain(std::iter::repeat_n(1, (ra - ax - rb) as usize))
+        .collect();
+    crate::ops::shape::reshaped(b, &shape)
+}
+
+fn two(
+    legacy_axis: Option<i64>,
+    f: impl Fn(&Tensor, &Tensor) -> Result<Tensor, OpError> + Send + Sync + 'static,
+) -> Result<Box<dyn Kernel>, OpError> {
+    Ok(Box::new(move |inputs: &[Option<&Tensor>]| {
+        let (a, b) = (input(inputs, 0)?, input(inputs, 1)?);
+        Ok(vec![match legacy_axis {
+            Some(axis) => f(a, &legacy_align(a, b, axis)?)?,
+            None => f(a, b)?,
+        }])
+    }))
+}
+
+pub(super) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>> {
+    let op = spec.op_type;
+    let arith_op = match op {
+        "Add" => Some(Arith::Add),
+        "Sub" => Some(Arith::Sub),
+        "Mul" => Some(Arith::Mul),
+        "Div" => Some(Arith::Div),
+        _ => None,
+    };
+    let cmp_op = match op {
+        "Equal" => Some(Cmp::Equal),
+        "Less" => Some(Cmp::Less),
+        "LessOrEqual" => Some(Cmp::LessOrEqual),
+        "Greater" => Some(Cmp::Greater),
+        "GreaterOrEqual" => Some(Cmp::GreaterOrEqual),
+        _ => None,
+    };
+    let legacy =
+        arith_op.is_some() || cmp_op.is_some() || matches!(op, "Pow" | "And" | "Or" | "Xor");
+    let legacy_axis = match (
+        legacy && spec.opset < 7,
+        spec.attrs.int_or("broadcast", 0),
+        spec.attrs.int("axis"),
+    ) {
+        (true, Ok(1), Ok(axis)) => axis,
+        (true, Err(e), _) | (true, _, Err(e)) => return Some(Err(e)),
+        _ => None,
+    };
+    if let Some(a) = arith_op {
+        return Some(two(legacy_axis, move |x, y| arith(a, x, y)));
+    }
+    if let Some(c) = cmp_op {
+        return Some(two(legacy_axis, move |x, y| compare(c, x, y)));
+    }
+    Some(match op {
+        "Pow" => two(legacy_axis, pow),
+        "Mod" => match spec.attrs.int_or("fmod", 0) {
+            Ok(0) => two(legacy_axis, |x, y| arith(Arith::Mod, x, y)),
+            Ok(1) => two(legacy_axis, |x, y| arith(Arith::FMod, x, y)),
+            Ok(v) => Err(OpError::invalid(format!("Mod fmod={v}"))),
+            Err(e) => Err(e),
+        },
+        "BitShift" => match spec.attrs.string("direction") {
+            Ok(Some(d)) if d == "LEFT" => two(legacy_axis, |x, y| bit_shift(true, x, y)),
+            Ok(Some(d)) if d == "RIGHT" => two(legacy_axis, |x, y| bit_shift(false, x, y)),
+            Ok(d) => Err(OpError::invalid(format!("BitShift direction {d:?}"))),
+            Err(e) => Err(e),
+        },
+        "And" | "Or" | "Xor" => {
+            let name = op.to_string();
+            two(legacy_axis, move |x, y| logic(&name, x, y))
+        }
+        "PRelu" => {
+            let per_channel = spec.opset < 7;
+            two(legacy_axis, move |x, s| prelu(x, s, per_channel))
+        }
+        "Where" => Ok(Box::new(|inputs: &[Option<&Tensor>]| {
+            Ok(vec![where_(
+                input(inputs, 0)?,
+                input(inputs, 1)?,
+                input(inputs, 2)?,
+            )?])
+        })),
+        "Min" | "Max" | "Sum" | "Mean" => {
+            let name = op.to_string();
+            Ok(Box::new(move |inputs: &[Option<&Tensor>]| {
+                Ok(vec![variadic(&name, inputs)?])
+            }))
+        }
+        _ => return None,
+    })
+}

@@ -1,0 +1,323 @@
+//! Element-wise maps over one or two arrays with numpy broadcasting.
+//!
+//! Binary maps collapse the broadcast into runs: adjacent dimensions that both inputs
+//! walk the same way are merged, so the innermost run is a contiguous stretch of the
+//! output where each input is either contiguous or a single repeated value (a scalar,
+//! or a per-channel constant as in `[N,C,H,W] * [C,1,1]`). Those runs are simple loops
+//! the compiler vectorizes. Large outputs are split into fixed-size chunks of output
+//! elements for rayon; nothing is reduced across chunks, so results do not depend on
+//! the thread count.
+
+use std::borrow::Cow;
+
+use hmct_tensor::ndarray::{ArrayD, IxDyn};
+use rayon::prelude::*;
+
+use crate::ops::{OpError, broadcast_shapes};
+
+/// Outputs smaller than this run on the calling thread.
+pub(crate) const PAR_MIN: usize = 1 << 15;
+/// Output elements per parallel task.
+pub(crate) const CHUNK: usize = 1 << 13;
+
+/// The elements of `a` in row-major order, borrowed when `a` is already standard.
+pub(crate) fn contiguous<T: Clone>(a: &ArrayD<T>) -> Cow<'_, [T]> {
+    match a.as_slice() {
+        Some(s) => Cow::Borrowed(s),
+        None => Cow::Owned(a.iter().cloned().collect()),
+    }
+}
+
+/// Builds an array from a shape and row-major data of matching length.
+pub(crate) fn array<T>(shape: &[usize], data: Vec<T>) -> Result<ArrayD<T>, OpError> {
+    ArrayD::from_shape_vec(IxDyn(shape), data).map_err(|e| OpError::invalid(e.to_string()))
+}
+
+/// Runs `f(offset, piece)` over `out` cut into pieces of `chunk` elements, on the
+/// rayon pool when `parallel`. Taking `f` as a trait object keeps rayon's machinery
+/// instantiated once per element type rather than once per kernel.
+pub(crate) fn for_chunks<O: Send>(
+    out: &mut [O],
+    chunk: usize,
+    parallel: bool,
+    f: &(dyn Fn(usize, &mut [O]) + Sync),
+) {
+    if parallel {
+        let chunk = chunk.max(1);
+        out.par_chunks_mut(chunk)
+            .enumerate()
+            .for_each(|(i, piece)| f(i * chunk, piece));
+    } else {
+        f(0, out);
+    }
+}
+
+/// `f` applied to every element.
+pub(crate) fn unary<T, O, F>(a: &ArrayD<T>, f: F) -> ArrayD<O>
+where
+    T: Copy + Sync,
+    O: Copy + Default + Send,
+    F: Fn(T) -> O + Sync,
+{
+    let src = contiguous(a);
+    let out: Vec<O> = if src.len() >= PAR_MIN {
+        let mut out = vec![O::default(); src.len()];
+        for_chunks(&mut out, CHUNK, true, &|off, piece| {
+            for (y, &x) in piece.iter_mut().zip(&src[off..]) {
+                *y = f(x);
+            }
+        });
+        out
+    } else {
+        src.iter().map(|&x| f(x)).collect()
+    };
+    ArrayD::from_shape_vec(IxDyn(a.shape()), out).expect("same element count as the input")
+}
+
+/// How a broadcast binary map walks its inputs: collapsed output dimensions and each
+/// input's element stride per dimension (0 where it is broadcast).
+struct Walk {
+    dims: Vec<usize>,
+    sa: Vec<usize>,
+    sb: Vec<usize>,
+}
+
+impl Walk {
+    fn new(a: &[usize], b: &[usize], out: &[usize]) -> Walk {
+        let strides = |shape: &[usize]| -> Vec<usize> {
+            let pad = out.len() - shape.len();
+            let mut s = vec![0; out.len()];
+            let mut acc = 1;
+            for i in (0..shape.len()).rev() {
+                s[pad + i] = if shape[i] == 1 { 0 } else { acc };
+                acc *= shape[i];
+            }
+            s
+        };
+        let (fa, fb) = (strides(a), strides(b));
+        // Merge each dimension into the run after it when both inputs continue
+        // their stride pattern across the boundary.
+        let mut dims: Vec<usize> = Vec::new();
+        let mut sa: Vec<usize> = Vec::new();
+        let mut sb: Vec<usize> = Vec::new();
+        for i in (0..out.len()).rev() {
+            if out[i] == 1 {
+                continue;
+            }
+            if let (Some(&d), Some(&la), Some(&lb)) = (dims.last(), sa.last(), sb.last())
+                && fa[i] == la * d
+                && fb[i] == lb * d
+            {
+                *dims.last_mut().expect("non-empty") *= out[i];
+                continue;
+            }
+            dims.push(out[i]);
+            sa.push(fa[i]);
+            sb.push(fb[i]);
+        }
+        dims.reverse();
+        sa.reverse();
+        sb.reverse();
+        Walk { dims, sa, sb }
+    }
+
+    /// Input offsets of the first element of outer row `row`.
+    #[inline]
+    fn offsets(&self, mut row: usize) -> (usize, usize) {
+        let (mut oa, mut ob) = (0, 0);
+        for i in (0..self.dims.len() - 1).rev() {
+            let d = self.dims[i];
+            let idx = row % d;
+            row /= d;
+            oa += idx * self.sa[i];
+            ob += idx * self.sb[i];
+        }
+        (oa, ob)
+    }
+}
+
+#[inline(always)]
+fn run<A: Copy, B: Copy, O>(
+    out: &mut [O],
+    a: &[A],
+    a_step: usize,
+    b: &[B],
+    b_step: usize,
+    f: &impl Fn(A, B) -> O,
+) {
+    let n = out.len();
+    match (a_step, b_step) {
+        (1, 1) => {
+            for ((o, &x), &y) in out.iter_mut().zip(&a[..n]).zip(&b[..n]) {
+                *o = f(x, y);
+            }
+        }
+        (1, _) => {
+            let y = b[0];
+            for (o, &x) in out.iter_mut().zip(&a[..n]) {
+                *o = f(x, y);
+            }
+        }
+        (_, 1) => {
+            let x = a[0];
+            for (o, &y) in out.iter_mut().zip(&b[..n]) {
+                *o = f(x, y);
+            }
+        }
+        _ => {
+            let (x, y) = (a[0], b[0]);
+            for o in out.iter_mut() {
+                *o = f(x, y);
+            }
+        }
+    }
+}
+
+/// `f(a, b)` with numpy broadcasting.
+pub(crate) fn binary<A, B, O, F>(a: &ArrayD<A>, b: &ArrayD<B>, f: F) -> Result<ArrayD<O>, OpError>
+where
+    A: Copy + Sync,
+    B: Copy + Sync,
+    O: Copy + Send + Default,
+    F: Fn(A, B) -> O + Sync + Send,
+{
+    let out_shape = broadcast_shapes(a.shape(), b.shape())?;
+    let n: usize = out_shape.iter().product();
+    let (xa, xb) = (contiguous(a), contiguous(b));
+    if n == 0 {
+        return array(&out_shape, Vec::new());
+    }
+    // Same length means the same elements in the same order (only 1-dims differ).
+    if xa.len() == n && xb.len() == n {
+        let out: Vec<O> = if n >= PAR_MIN {
+            let mut out = vec![O::default(); n];
+            for_chunks(&mut out, CHUNK, true, &|off, piece| {
+                let m = piece.len();
+                run(piece, &xa[off..off + m], 1, &xb[off..off + m], 1, &f);
+            });
+            out
+        } else {
+            xa.iter().zip(xb.iter()).map(|(&x, &y)| f(x, y)).collect()
+        };
+        return array(&out_shape, out);
+    }
+    let walk = Walk::new(a.shape(), b.shape(), &out_shape);
+    let inner = *walk.dims.last().expect("n > 1 leaves a dimension");
+    let (ia, ib) = (
+        *walk.sa.last().expect("dims"),
+        *walk.sb.last().expect("dims"),
+    );
+    let mut out = vec![O::default(); n];
+    // Pieces hold whole rows, so each starts at a row boundary.
+    let rows_per_piece = (CHUNK / inner).max(1);
+    for_chunks(
+        &mut out,
+        rows_per_piece * inner,
+        n >= PAR_MIN,
+        &|off, piece| {
+            for (r, row_out) in piece.chunks_mut(inner).enumerate() {
+                let (oa, ob) = walk.offsets(off / inner + r);
+                run(row_out, &xa[oa..], ia, &xb[ob..], ib, &f);
+            }
+        },
+    );
+    array(&out_shape, out)
+}
+
+/// `f(c, x, y)` with numpy broadcasting of three arrays (clone-based; for `Where`).
+pub(crate) fn ternary<C, X, Y, O, F>(
+    c: &ArrayD<C>,
+    x: &ArrayD<X>,
+    y: &ArrayD<Y>,
+    f: F,
+) -> Result<ArrayD<O>, OpError>
+where
+    C: Clone,
+    X: Clone,
+    Y: Clone,
+    F: Fn(&C, &X, &Y) -> O,
+{
+    let shape = broadcast_shapes(&broadcast_shapes(c.shape(), x.shape())?, y.shape())?;
+    let bad = || OpError::invalid("inputs do not broadcast");
+    let cv = c.broadcast(IxDyn(&shape)).ok_or_else(bad)?;
+    let xv = x.broadcast(IxDyn(&shape)).ok_or_else(bad)?;
+    let yv = y.broadcast(IxDyn(&shape)).ok_or_else(bad)?;
+    let data: Vec<O> = cv
+        .iter()
+        .zip(xv.iter())
+        .zip(yv.iter())
+        .map(|((c, x), y)| f(c, x, y))
+        .collect();
+    array(&shape, data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arr(shape: &[usize], f: impl Fn(usize) -> f32) -> ArrayD<f32> {
+        let n = shape.iter().product();
+        array(shape, (0..n).map(f).collect()).unwrap()
+    }
+
+    /// Reference: ndarray's own broadcasting.
+    fn reference(a: &ArrayD<f32>, b: &ArrayD<f32>) -> ArrayD<f32> {
+        let s = broadcast_shapes(a.shape(), b.shape()).unwrap();
+        let av = a.broadcast(IxDyn(&s)).unwrap();
+        let bv = b.broadcast(IxDyn(&s)).unwrap();
+        let mut out = ArrayD::zeros(IxDyn(&s));
+        hmct_tensor::ndarray::Zip::from(&mut out)
+            .and(&av)
+            .and(&bv)
+            .for_each(|o, &x, &y| *o = x * 10.0 + y);
+        out
+    }
+
+    #[test]
+    fn broadcast_patterns_match_ndarray() {
+        let cases: &[(&[usize], &[usize])] = &[
+            (&[2, 3, 4, 5], &[3, 1, 1]),
+            (&[2, 3, 4, 5], &[1, 3, 1, 5]),
+            (&[4, 1], &[1, 6]),
+            (&[1, 6], &[4, 1]),
+            (&[3, 4], &[4]),
+            (&[3, 1, 5], &[1, 4, 1]),
+            (&[], &[3, 2]),
+            (&[2, 1, 3, 1], &[2, 1, 1, 4]),
+            (&[1], &[2, 2]),
+            (&[2, 3], &[2, 3]),
+            (&[0, 3], &[3]),
+            (&[64, 64, 16], &[64, 1, 16]),
+        ];
+        for (sa, sb) in cases {
+            let a = arr(sa, |i| i as f32);
+            let b = arr(sb, |i| (i as f32) * 0.5 - 1.0);
+            let got = binary(&a, &b, |x, y| x * 10.0 + y).unwrap();
+            assert_eq!(got, reference(&a, &b), "{sa:?} with {sb:?}");
+            assert!(got.is_standard_layout());
+        }
+    }
+
+    #[test]
+    fn incompatible_shapes_are_an_error() {
+        let a = arr(&[2, 3], |i| i as f32);
+        let b = arr(&[2], |i| i as f32);
+        assert!(binary(&a, &b, |x, y| x + y).is_err());
+    }
+
+    #[test]
+    fn large_outputs_are_identical_across_pool_sizes() {
+        let a = arr(&[4, 8, 64, 33], |i| (i as f32).sin());
+        let b = arr(&[8, 1, 33], |i| (i as f32).cos());
+        let run_in = |threads| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap()
+                .install(|| binary(&a, &b, |x, y| x * 10.0 + y).unwrap())
+        };
+        let one = run_in(1);
+        assert_eq!(one, run_in(3));
+        assert_eq!(one, reference(&a, &b));
+    }
+}

@@ -1,0 +1,381 @@
+//! One-input element-wise ops: float math and activations, the integer-capable
+//! Abs/Neg/Sign/Relu, Not, IsNaN/IsInf and Clip.
+
+use hmct_tensor::Tensor;
+use hmct_tensor::ndarray::ArrayD;
+
+use super::broadcast::unary;
+use super::num::{Half, Num, Real, typed, with_num};
+use crate::ops::{Kernel, NodeSpec, OpError, input};
+
+/// Float-only element-wise functions with their attributes.
+#[derive(Clone, Copy, Debug)]
+enum Act {
+    Sqrt,
+    Exp,
+    Log,
+    Reciprocal,
+    Floor,
+    Ceil,
+    Round,
+    Sin,
+    Cos,
+    Tan,
+    Asin,
+    Acos,
+    Atan,
+    Sinh,
+    Cosh,
+    Asinh,
+    Acosh,
+    Atanh,
+    Erf,
+    Tanh,
+    Sigmoid,
+    HardSigmoid { alpha: f32, beta: f32 },
+    HardSwish,
+    LeakyRelu { alpha: f32 },
+    Elu { alpha: f32 },
+    Selu { alpha: f32, gamma: f32 },
+    Celu { alpha: f32 },
+    ThresholdedRelu { alpha: f32 },
+    Gelu,
+    GeluTanh,
+    Softplus,
+    Softsign,
+    Mish,
+    Shrink { bias: f32, lambd: f32 },
+}
+
+fn act_for(spec: &NodeSpec) -> Option<Result<Act, OpError>> {
+    let a = &spec.attrs;
+    let act = |r: Result<Act, OpError>| Some(r);
+    Some(Ok(match spec.op_type {
+        "Sqrt" => Act::Sqrt,
+        "Exp" => Act::Exp,
+        "Log" => Act::Log,
+        "Reciprocal" => Act::Reciprocal,
+        "Floor" => Act::Floor,
+        "Ceil" => Act::Ceil,
+        "Round" => Act::Round,
+        "Sin" => Act::Sin,
+        "Cos" => Act::Cos,
+        "Tan" => Act::Tan,
+        "Asin" => Act::Asin,
+        "Acos" => Act::Acos,
+        "Atan" => Act::Atan,
+        "Sinh" => Act::Sinh,
+        "Cosh" => Act::Cosh,
+        "Asinh" => Act::Asinh,
+        "Acosh" => Act::Acosh,
+        "Atanh" => Act::Atanh,
+        "Erf" => Act::Erf,
+        "Tanh" => Act::Tanh,
+        "Sigmoid" => Act::Sigmoid,
+        "HardSwish" => Act::HardSwish,
+        "Softplus" => Act::Softplus,
+        "Softsign" => Act::Softsign,
+        "Mish" => Act::Mish,
+        "HardSigmoid" => {
+            return act((|| {
+                Ok(Act::HardSigmoid {
+                    alpha: a.float_or("alpha", 0.2)?,
+                    beta: a.float_or("beta", 0.5)?,
+                })
+            })());
+        }
+        "LeakyRelu" => {
+            return act(a
+                .float_or("alpha", 0.01)
+                .map(|alpha| Act::LeakyRelu { alpha }));
+        }
+        "Elu" => return act(a.float_or("alpha", 1.0).map(|alpha| Act::Elu { alpha })),
+        "Celu" => return act(a.float_or("alpha", 1.0).map(|alpha| Act::Celu { alpha })),
+        "ThresholdedRelu" => {
+            return act(a
+                .float_or("alpha", 1.0)
+                .map(|alpha| Act::ThresholdedRelu { alpha }));
+        }
+        "Selu" => {
+            return act((|| {
+                Ok(Act::Selu {
+                    alpha: a.float_or("alpha", 1.673_263_2)?,
+                    gamma: a.float_or("gamma", 1.050_701)?,
+                })
+            })());
+        }
+        "Shrink" => {
+            return act((|| {
+                Ok(Act::Shrink {
+                    bias: a.float_or("bias", 0.0)?,
+                    lambd: a.float_or("lambd", 0.5)?,
+                })
+            })());
+        }
+        "Gelu" => {
+            return act(match a.string_or("approximate", "none") {
+                Ok(s) if s == "none" => Ok(Act::Gelu),
+                Ok(s) if s == "tanh" => Ok(Act::GeluTanh),
+                Ok(s) => Err(OpError::unsupported(format!("Gelu approximate='{s}'"))),
+                Err(e) => Err(e),
+            });
+        }
+        _ => return None,
+    }))
+}
+
+#[inline(always)]
+fn softplus<T: Real>(v: T) -> T {
+    // log(1 + exp(v)) without overflow for large v.
+    if v > T::ZERO {
+        v + (-v).exp().ln_1p()
+    } else {
+        v.exp().ln_1p()
+    }
+}
+
+/// `act` over a float array; the match is outside the loops so each is vectorizable.
+fn map_real<T: Real>(act: Act, x: &ArrayD<T>) -> ArrayD<T> {
+    let c = T::from_f32c;
+    let (zero, one) = (T::ZERO, T::ONE);
+    match act {
+        Act::Sqrt => unary(x, |v: T| v.sqrt()),
+        Act::Exp => unary(x, |v: T| v.exp()),
+        Act::Log => unary(x, |v: T| v.ln()),
+        Act::Reciprocal => unary(x, |v: T| one / v),
+        Act::Floor => unary(x, |v: T| v.floor()),
+        Act::Ceil => unary(x, |v: T| v.ceil()),
+        Act::Round => unary(x, |v: T| T::round_even(v)),
+        Act::Sin => unary(x, |v: T| v.sin()),
+        Act::Cos => unary(x, |v: T| v.cos()),
+        Act::Tan => unary(x, |v: T| v.tan()),
+        Act::Asin => unary(x, |v: T| v.asin()),
+        Act::Acos => unary(x, |v: T| v.acos()),
+        Act::Atan => unary(x, |v: T| v.atan()),
+        Act::Sinh => unary(x, |v: T| v.sinh()),
+        Act::Cosh => unary(x, |v: T| v.cosh()),
+        Act::Asinh => unary(x, |v: T| v.asinh()),
+        Act::Acosh => unary(x, |v: T| v.acosh()),
+        Act::Atanh => unary(x, |v: T| v.atanh()),
+        Act::Erf => unary(x, |v: T| Real::erf(v)),
+        Act::Tanh => unary(x, |v: T| v.tanh()),
+        Act::Sigmoid => unary(x, |v: T| one / (one + (-v).exp())),
+        Act::HardSigmoid { alpha, beta } => {
+            let (a, b) = (c(alpha), c(beta));
+            unary(x, move |v: T| zero.max_nan(one.min_nan(a * v + b)))
+        }
+        Act::HardSwish => {
+            let (a, b) = (c(1.0 / 6.0), c(0.5));
+            unary(x, move |v: T| v * zero.max_nan(one.min_nan(a * v + b)))
+        }
+        Act::LeakyRelu { alpha } => {
+            let a = c(alpha);
+            unary(x, move |v: T| if v < zero { v * a } else { v })
+        }
+        Act::Elu { alpha } => {
+            let a = c(alpha);
+            unary(
+                x,
+                move |v: T| if v < zero { a * (v.exp() - one) } else { v },
+            )
+        }
+        Act::Selu { alpha, gamma } => {
+            let (a, g) = (c(alpha), c(gamma));
+            unary(x, move |v: T| {
+                if v > zero {
+                    g * v
+                } else {
+                    g * (a * v.exp() - a)
+                }
+            })
+        }
+        Act::Celu { alpha } => {
+            let a = c(alpha);
+            unary(x, move |v: T| {
+                zero.max_nan(v) + zero.min_nan(a * ((v / a).exp() - one))
+            })
+        }
+        Act::ThresholdedRelu { alpha } => {
+            let a = c(alpha);
+            unary(x, move |v: T| if v > a { v } else { zero })
+        }
+        Act::Gelu => {
+            let (half, r) = (c(0.5), T::from_f64(std::f64::consts::FRAC_1_SQRT_2));
+            unary(x, move |v: T| half * v * (one + Real::erf(v * r)))
+        }
+        Act::GeluTanh => {
+            let (half, k, s) = (
+                c(0.5),
+                c(0.044_715),
+                T::from_f64((2.0 / std::f64::consts::PI).sqrt()),
+            );
+            unary(x, move |v: T| {
+                half * v * (one + (s * (v + k * v * v * v)).tanh())
+            })
+        }
+        Act::Softplus => unary(x, softplus),
+        Act::Softsign => unary(x, |v: T| v / (one + Num::abs(v))),
+        Act::Mish => unary(x, |v: T| v * softplus(v).tanh()),
+        Act::Shrink { bias, lambd } => {
+            let (b, l) = (c(bias), c(lambd));
+            unary(x, move |v: T| {
+                if v < -l {
+                    v + b
+                } else if v > l {
+                    v - b
+                } else {
+                    zero
+                }
+            })
+        }
+    }
+}
+
+/// Half-precision inputs are widened to f32, computed, and rounded once.
+fn map_half<H: Half>(act: Act, x: &ArrayD<H>) -> ArrayD<H> {
+    let wide = unary(x, |v: H| v.to_f32h());
+    unary(&map_real(act, &wide), H::from_f32h)
+}
+
+fn run_act(act: Act, t: &Tensor) -> Result<Tensor, OpError> {
+    Ok(match t {
+        Tensor::F32(a) => Tensor::F32(map_real(act, a)),
+        Tensor::F64(a) => Tensor::F64(map_real(act, a)),
+        Tensor::F16(a) => Tensor::F16(map_half(act, a)),
+        Tensor::BF16(a) => Tensor::BF16(map_half(act, a)),
+        other => {
+            return Err(OpError::unsupported(format!(
+                "{act:?} on {}",
+                other.dtype()
+            )));
+        }
+    })
+}
+
+/// Ops over any numeric type.
+#[derive(Clone, Copy, Debug)]
+enum NumOp {
+    Abs,
+    Neg,
+    Sign,
+    Relu,
+}
+
+fn run_num(op: NumOp, t: &Tensor) -> Result<Tensor, OpError> {
+    with_num!(t, a => Ok(Tensor::from(match op {
+        NumOp::Abs => unary(a, Num::abs),
+        NumOp::Neg => unary(a, Num::neg),
+        NumOp::Sign => unary(a, Num::signum),
+        NumOp::Relu => unary(a, |v| if v < Num::ZERO { Num::ZERO } else { v }),
+    })), other => Err(OpError::unsupported(format!("{op:?} on {}", other.dtype()))))
+}
+
+fn float_pred(
+    t: &Tensor,
+    name: &str,
+    p: impl Fn(f64) -> bool + Sync + Send,
+) -> Result<Tensor, OpError> {
+    Ok(Tensor::Bool(match t {
+        Tensor::F32(a) => unary(a, |v| p(v as f64)),
+        Tensor::F64(a) => unary(a, &p),
+        Tensor::F16(a) => unary(a, |v| p(v.to_f64())),
+        Tensor::BF16(a) => unary(a, |v| p(v.to_f64())),
+        other => return Err(OpError::unsupported(format!("{name} on {}", other.dtype()))),
+    }))
+}
+
+/// The single value of a bound tensor (ONNX says scalar; exporters also write `[1]`).
+pub(crate) fn scalar_of<T: Clone>(a: &ArrayD<T>, what: &str) -> Result<T, OpError> {
+    match a.iter().next() {
+        Some(v) if a.len() == 1 => Ok(v.clone()),
+        _ => Err(OpError::invalid(format!(
+            "{what} must be a scalar, got shape {:?}",
+            a.shape()
+        ))),
+    }
+}
+
+fn bound_or<T: Num>(t: Option<&Tensor>, default: T, what: &str) -> Result<T, OpError> {
+    match t {
+        None => Ok(default),
+        Some(t) => scalar_of(typed::<T>(t, what)?, what),
+    }
+}
+
+fn clip<T: Num>(x: &ArrayD<T>, lo: T, hi: T) -> ArrayD<T> {
+    // max then min, as numpy and onnxruntime do: when lo > hi everything becomes hi.
+    unary(x, move |v: T| {
+        let r = if v < lo { lo } else { v };
+        if r > hi { hi } else { r }
+    })
+}
+
+fn clip_kernel(spec: &NodeSpec) -> Result<Box<dyn Kernel>, OpError> {
+    if spec.opset < 11 {
+        let lo = spec.attrs.float_or("min", f32::MIN)?;
+        let hi = spec.attrs.float_or("max", f32::MAX)?;
+        return Ok(Box::new(move |inputs: &[Option<&Tensor>]| {
+            Ok(vec![match input(inputs, 0)? {
+                Tensor::F32(a) => Tensor::F32(clip(a, lo, hi)),
+                Tensor::F64(a) => Tensor::F64(clip(a, lo as f64, hi as f64)),
+                Tensor::F16(a) => {
+                    Tensor::F16(clip(a, half::f16::from_f32(lo), half::f16::from_f32(hi)))
+                }
+                other => return Err(OpError::unsupported(format!("Clip-6 on {}", other.dtype()))),
+            }])
+        }));
+    }
+    Ok(Box::new(|inputs: &[Option<&Tensor>]| {
+        let x = input(inputs, 0)?;
+        let bound = |i: usize| inputs.get(i).copied().flatten();
+        let (lo, hi) = (bound(1), bound(2));
+        with_num!(x, a => {
+            let lo = bound_or(lo, Num::LOWEST, "Clip min")?;
+            let hi = bound_or(hi, Num::HIGHEST, "Clip max")?;
+            Ok(vec![Tensor::from(clip(a, lo, hi))])
+        }, other => Err(OpError::unsupported(format!("Clip on {}", other.dtype()))))
+    }))
+}
+
+pub(super) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>> {
+    if let Some(act) = act_for(spec) {
+        return Some(act.map(|act| {
+            Box::new(move |inputs: &[Option<&Tensor>]| Ok(vec![run_act(act, input(inputs, 0)?)?]))
+                as Box<dyn Kernel>
+        }));
+    }
+    let num_op = match spec.op_type {
+        "Abs" => Some(NumOp::Abs),
+        "Neg" => Some(NumOp::Neg),
+        "Sign" => Some(NumOp::Sign),
+        "Relu" => Some(NumOp::Relu),
+        _ => None,
+    };
+    if let Some(op) = num_op {
+        return Some(Ok(Box::new(move |inputs: &[Option<&Tensor>]| {
+            Ok(vec![run_num(op, input(inputs, 0)?)?])
+        })));
+    }
+    Some(match spec.op_type {
+        "Not" => Ok(Box::new(|inputs: &[Option<&Tensor>]| {
+            match input(inputs, 0)? {
+                Tensor::Bool(a) => Ok(vec![Tensor::Bool(unary(a, |v: bool| !v))]),
+                other => Err(OpError::invalid(format!("Not on {}", other.dtype()))),
+            }
+        })),
+        "IsNaN" => Ok(Box::new(|inputs: &[Option<&Tensor>]| {
+            Ok(vec![float_pred(input(inputs, 0)?, "IsNaN", f64::is_nan)?])
+        })),
+        "IsInf" => (|| {
+            let pos = spec.attrs.int_or("detect_positive", 1)? != 0;
+            let neg = spec.attrs.int_or("detect_negative", 1)? != 0;
+            Ok(Box::new(move |inputs: &[Option<&Tensor>]| {
+                Ok(vec![float_pred(input(inputs, 0)?, "IsInf", move |v| {
+                    (pos && v == f64::INFINITY) || (neg && v == f64::NEG_INFINITY)
+                })?])
+            }) as Box<dyn Kernel>)
+        })(),
+        "Clip" => clip_kernel(spec),
+        _ => return None,
+    })
+}
