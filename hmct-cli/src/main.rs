@@ -7,6 +7,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod calibrate;
+mod info;
+mod make_data;
+mod run;
+mod sensitivity;
 mod summary;
 
 #[derive(Debug, Parser)]
@@ -24,7 +29,30 @@ struct Cli {
 enum Command {
     /// Model facts and a table of the calibration nodes.
     Summary(summary::Args),
+    /// Run a model on every sample of a calibration-data folder.
+    Run(run::RunArgs),
+    /// Calibrate a float model: insert HzCalibration nodes with thresholds from data.
+    Calibrate(calibrate::Args),
+    /// Compare the calibrated model with the float model on one sample or a data folder.
+    Info(info::Args),
+    /// Turn a folder of PNG/JPEG images into a calibration-data folder.
+    MakeData(make_data::Args),
+    /// Rank nodes by how much quantizing each alone degrades the outputs.
+    GetSensitivityOfNodes(sensitivity::Args),
 }
+
+/// A mistake in the command line found after parsing (an unknown name, a bad
+/// value): reported like clap's own usage errors, with exit status 2.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -32,12 +60,21 @@ fn main() -> ExitCode {
     let mut out = stdout.lock();
     let result = match &cli.command {
         Command::Summary(args) => summary::run(args, &mut out),
+        Command::Run(args) => run::run(args),
+        Command::Calibrate(args) => calibrate::run(args, &mut out),
+        Command::Info(args) => info::run(args, &mut out),
+        Command::MakeData(args) => make_data::run(args, &mut out),
+        Command::GetSensitivityOfNodes(args) => sensitivity::run(args, &mut out),
     };
     let result = result.and_then(|()| out.flush().map_err(anyhow::Error::from));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         // A reader that went away (`| head`) is not a failure of ours.
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<UsageError>().is_some() => {
+            eprintln!("error: {}", format!("{e:#}").replace('\n', " "));
+            ExitCode::from(2)
+        }
         Err(e) => {
             let message = format!("{e:#}").replace('\n', " ");
             eprintln!("error: {message}");

@@ -1,3 +1,8 @@
 //! The accuracy-debug analyses on calibrated models: node sensitivity, accumulated
 //! error, distributions, channel-wise statistics, sensitivity analysis, runall, and
 //! calibration of float models.
+
+pub mod calibrate;
+pub mod engine;
+pub mod info;
+pub mod sensitivity;

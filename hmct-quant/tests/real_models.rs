@@ -55,6 +55,12 @@ fn real_models_match_onnxruntime() {
         let session = Session::new(plan, 0).unwrap();
         let data = Dataset::open(&dir.join("calibration_data"), &input_specs(&session)).unwrap();
         let output_names: Vec<String> = session.plan().output_names().iter().map(|s| s.to_string()).collect();
+        // How far onnxruntime's own optimised run drifts from its reference: a floor
+        // for any tolerance (matters where an output is all but zero).
+        let manifest: serde_json::Value = std::fs::read(dir.join("reference_outputs/manifest.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
         for sample in 0..data.len() {
             let inputs = data.sample(sample).unwrap();
             let refs: Vec<(&str, Tensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
@@ -72,7 +78,8 @@ fn real_models_match_onnxruntime() {
                         max_abs / scale
                     );
                 }
-                if max_abs > 1e-4 * scale {
+                let floor = manifest["outputs"][name]["max_abs_diff_vs_ORT_ENABLE_ALL"].as_f64().unwrap_or(0.0) as f32;
+                if max_abs > (1e-4 * scale).max(floor) {
                     worst_failures.push(format!("{} {name} sample {sample}: {max_abs:e} (scale {scale})", dir.display()));
                 }
             }

@@ -6,6 +6,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 mod bench_ort;
+mod example;
 
 #[derive(Parser)]
 #[command(name = "xtask", about = "hmct-rs developer tasks")]
@@ -16,6 +17,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Task {
+    /// Regenerate the bundled example (examples/tiny_cnn) with our own tools.
+    Example(example::Args),
     /// Time our interpreter against onnxruntime on the same models and inputs.
     BenchOrt {
         /// Models to time (default: every model of ../shared/models).
@@ -52,6 +55,7 @@ fn shared_models(root: &Path) -> Result<Vec<PathBuf>> {
 fn main() -> Result<()> {
     let root = repo_root();
     match Cli::parse().task {
+        Task::Example(args) => example::run(&args),
         Task::BenchOrt { models, runs, threads } => {
             let models = if models.is_empty() { shared_models(&root)? } else { models };
             bench_ort::run(&root, &bench_ort::Options { models, runs, threads })

@@ -1,0 +1,206 @@
+//! `hmct-debugger get-sensitivity-of-nodes MODEL DATA`: rank nodes by how much
+//! quantizing each alone degrades the outputs (DEBUGGER.md §3).
+//!
+//! Prints the table with `-v True`; `-s DIR` writes it to
+//! `DIR/sensitivity_of_<node_type>.log`, `--json FILE` writes the ordered result.
+//! Argument mistakes (unknown names, metrics or node type, an `-o` node that is not
+//! quantized, a `data_num` beyond the data, a model without calibration nodes) exit
+//! with status 2 and one line before anything is written.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use hmct_cli::listarg::{ListArg, parse_bool, parse_list};
+use hmct_debug::engine::{Engine, EngineOptions};
+use hmct_debug::sensitivity::{NodeType, Sensitivity, SensitivityOptions, get_sensitivity_of_nodes, parse_metrics};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::UsageError;
+
+/// Arguments of `get-sensitivity-of-nodes`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The calibrated ONNX model.
+    pub model: PathBuf,
+    /// Calibration-data folder: one sub-folder per model input with 0.npy, 1.npy, ...
+    pub data: PathBuf,
+    /// Metric or list of metrics (cosine-similarity, mse, mre, sqnr, chebyshev);
+    /// the result is sorted by the first. E.g. "['cosine-similarity','mse']".
+    #[arg(short = 'm', long = "metrics", default_value = "cosine-similarity")]
+    pub metrics: String,
+    /// node (quantized regular nodes), weight or activation (calibration nodes).
+    #[arg(short = 'n', long = "node_type", visible_alias = "node-type", default_value = "node")]
+    pub node_type: String,
+    /// Compare on this regular node's outputs (or a list of nodes) instead of the
+    /// model outputs; each must be quantized.
+    #[arg(short = 'o', long = "output_node", visible_alias = "output-node")]
+    pub output_node: Option<String>,
+    /// Use the first N samples (default: all).
+    #[arg(short = 'd', long = "data_num", visible_alias = "data-num")]
+    pub data_num: Option<usize>,
+    /// Print the table (True/False; a bare -v means True).
+    #[arg(short = 'v', long = "verbose", num_args = 0..=1, default_missing_value = "True", value_name = "BOOL")]
+    pub verbose: Option<String>,
+    /// Only these nodes (overrides -n); a nested list quantizes each sub-list
+    /// together, reported as a+b. E.g. "['Conv_2',['Conv_4','Conv_9']]".
+    #[arg(short = 'i', long = "interested_nodes", visible_alias = "interested-nodes")]
+    pub interested_nodes: Option<String>,
+    /// Write the table to DIR/sensitivity_of_<node_type>.log.
+    #[arg(short = 's', long = "save_dir", visible_alias = "save-dir", value_name = "DIR")]
+    pub save_dir: Option<PathBuf>,
+    /// Write the ordered result as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Worker threads (0 = all cores). Results do not depend on it.
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Memory for cached float activations in MB (default: half the available
+    /// memory). Samples beyond it are recomputed; results do not depend on it.
+    #[arg(long = "cache-mb", visible_alias = "cache_mb", value_name = "MB")]
+    pub cache_mb: Option<usize>,
+    /// Print where the time went (float pass, probes, metrics) on stderr.
+    #[arg(long)]
+    pub timings: bool,
+}
+
+/// The checked arguments.
+struct Parsed {
+    options: SensitivityOptions,
+    verbose: bool,
+}
+
+fn usage(e: impl std::fmt::Display) -> anyhow::Error {
+    UsageError(e.to_string()).into()
+}
+
+fn list(flag: &str, value: &str) -> Result<ListArg> {
+    parse_list(value).map_err(|e| usage(format!("{flag}: {e}")))
+}
+
+fn flat(flag: &str, value: &str) -> Result<Vec<String>> {
+    match list(flag, value)? {
+        ListArg::Flat(names) => Ok(names),
+        ListArg::Nested(_) => Err(usage(format!("{flag} takes a flat list, got `{value}`"))),
+    }
+}
+
+fn parse(args: &Args) -> Result<Parsed> {
+    let metrics = parse_metrics(&flat("--metrics", &args.metrics)?).map_err(usage)?;
+    let node_type: NodeType = args.node_type.parse().map_err(usage)?;
+    let output_nodes = match &args.output_node {
+        Some(v) => flat("--output_node", v)?,
+        None => Vec::new(),
+    };
+    let interested_nodes = match &args.interested_nodes {
+        Some(v) => Some(list("--interested_nodes", v)?.into_groups()),
+        None => None,
+    };
+    if interested_nodes.as_ref().is_some_and(Vec::is_empty) {
+        return Err(usage("--interested_nodes: the list is empty"));
+    }
+    let verbose = match &args.verbose {
+        Some(v) => parse_bool(v).map_err(|e| usage(format!("--verbose: {e}")))?,
+        None => false,
+    };
+    if args.data_num == Some(0) {
+        return Err(usage("data_num must be at least 1"));
+    }
+    Ok(Parsed {
+        options: SensitivityOptions {
+            node_type,
+            metrics,
+            output_nodes,
+            data_num: args.data_num,
+            interested_nodes,
+        },
+        verbose,
+    })
+}
+
+pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
+    let parsed = parse(args)?;
+    let model = hmct_ir::load_model(&args.model)?;
+    let cache_bytes = args.cache_mb.unwrap_or_else(default_cache_mb).saturating_mul(1 << 20);
+    let engine = Engine::new(
+        model,
+        &args.data,
+        &EngineOptions {
+            threads: args.threads,
+            cache_bytes: Some(cache_bytes),
+        },
+    )
+    .with_context(|| format!("{}", args.model.display()))?;
+
+    let bar = progress_bar();
+    let progress = |_done: usize, total: usize| {
+        bar.set_length(total as u64);
+        bar.inc(1);
+    };
+    let result = get_sensitivity_of_nodes(&engine, &parsed.options, &progress);
+    bar.finish_and_clear();
+    let result = result.map_err(|e| if e.is_usage() { usage(e) } else { e.into() })?;
+
+    let table = result.table().render();
+    if parsed.verbose {
+        out.write_all(table.as_bytes()).context("writing to stdout")?;
+    }
+    if let Some(dir) = &args.save_dir {
+        std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create folder", dir.display()))?;
+        let path = dir.join(format!("sensitivity_of_{}.log", parsed.options.node_type));
+        hmct_ir::write_atomic(&path, table.as_bytes())?;
+    }
+    if let Some(path) = &args.json {
+        let mut json = serde_json::to_vec_pretty(&result)?;
+        json.push(b'\n');
+        hmct_ir::write_atomic(path, &json)?;
+    }
+    if !parsed.verbose && args.save_dir.is_none() && args.json.is_none() {
+        eprintln!("note: nothing to show; pass -v True to print the table, -s DIR or --json FILE to save it");
+    }
+    if args.timings {
+        print_timings(&result, &engine);
+    }
+    Ok(())
+}
+
+fn progress_bar() -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr()).with_style(
+        ProgressStyle::with_template("probing {bar:30} {pos}/{len} runs ({elapsed}, eta {eta})").expect("a valid template"),
+    );
+    bar
+}
+
+fn print_timings(result: &Sensitivity, engine: &Engine) {
+    let t = &result.timings;
+    let busy = (t.probe_runs + t.reduce).as_secs_f64().max(1e-12);
+    let probes = t.probes.as_secs_f64();
+    eprintln!(
+        "timings: capture {:.3} s ({} full run(s)), probes {:.3} s wall ({} runs on {} thread(s): {:.3} s running, {:.3} s metrics of {:.3} s busy), {} MB cached",
+        t.capture.as_secs_f64(),
+        t.captures,
+        probes,
+        t.tasks,
+        engine.threads(),
+        probes * t.probe_runs.as_secs_f64() / busy,
+        probes * t.reduce.as_secs_f64() / busy,
+        busy,
+        engine.cached_bytes() >> 20,
+    );
+}
+
+/// Half the available memory, from /proc/meminfo; 2 GB when unknown.
+fn default_cache_mb() -> usize {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemAvailable:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<usize>().ok())
+        })
+        .map_or(2048, |kb| kb / 1024 / 2)
+}

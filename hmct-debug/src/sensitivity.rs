@@ -1,0 +1,546 @@
+//! `get-sensitivity-of-nodes` (DEBUGGER.md §3): how much quantizing one node alone
+//! costs on the outputs.
+//!
+//! Each candidate starts from the float model with only its calibration nodes ON and
+//! is compared with the float model on the compared values (the model outputs, or
+//! the outputs of the `output_node`s): every metric per value per sample, the mean
+//! over samples (NaN samples skipped), then the mean over values
+//! ([`hmct_metrics::aggregate`]). Candidates come back worst first by the first
+//! metric ([`hmct_metrics::sort_worst_first`]; ties keep candidate order).
+//!
+//! Candidates that switch the same set of calibration nodes (two regular nodes
+//! reading one calibrated tensor, say) are run once and share their values.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+
+use hmct_ir::{NodeId, QType, TensorType};
+use hmct_metrics::{Metric, Table, format_value, sensitivity_header, sensitivity_row, sort_worst_first};
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
+
+use crate::engine::{Engine, EngineError, NodeRef, Probe, Timings, close_matches, compare, quote_list};
+
+/// Which candidates to rank (`-n/--node_type`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeType {
+    /// The quantized regular nodes, each with its input calibration nodes ON.
+    #[default]
+    Node,
+    /// The weight calibration nodes, one at a time.
+    Weight,
+    /// The activation calibration nodes, one at a time.
+    Activation,
+}
+
+impl NodeType {
+    pub const NAMES: [&'static str; 3] = ["node", "weight", "activation"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            NodeType::Node => "node",
+            NodeType::Weight => "weight",
+            NodeType::Activation => "activation",
+        }
+    }
+}
+
+impl fmt::Display for NodeType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+impl FromStr for NodeType {
+    type Err = SensitivityError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "node" => Ok(NodeType::Node),
+            "weight" => Ok(NodeType::Weight),
+            "activation" => Ok(NodeType::Activation),
+            _ => Err(SensitivityError::UnknownNodeType {
+                name: s.to_string(),
+                suggestions: close_matches(s, NodeType::NAMES),
+            }),
+        }
+    }
+}
+
+/// Errors of the analysis. Everything but `Engine(Run/Plan/Data)` is a problem with
+/// the arguments.
+#[derive(Debug, thiserror::Error)]
+pub enum SensitivityError {
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error("unknown node type '{name}'{}; valid node types are: node, weight, activation", did_you_mean(.suggestions))]
+    UnknownNodeType { name: String, suggestions: Vec<String> },
+    #[error("unknown metric '{name}'{}; valid metrics are: {}", did_you_mean(.suggestions), Metric::NAMES.join(", "))]
+    UnknownMetric { name: String, suggestions: Vec<String> },
+    #[error("no metric given; valid metrics are: {}", Metric::NAMES.join(", "))]
+    NoMetrics,
+    #[error("the model has no calibration (HzCalibration) nodes")]
+    NoCalibrationNodes,
+    #[error("output_node {} must be a quantized regular node (a node with input calibration nodes)", describe_not_quantized(.0))]
+    OutputNotQuantized(Vec<(String, &'static str)>),
+    #[error("interested node {} has no calibration nodes to switch on", describe_not_quantized(.0))]
+    InterestedNotQuantized(Vec<(String, &'static str)>),
+    #[error("interested_nodes has an empty group")]
+    EmptyGroup,
+}
+
+impl SensitivityError {
+    /// True for mistakes in the arguments (as opposed to failures while running).
+    pub fn is_usage(&self) -> bool {
+        match self {
+            SensitivityError::Engine(e) => matches!(
+                e,
+                EngineError::UnknownNodes(_) | EngineError::DataNum { .. } | EngineError::ZeroDataNum
+            ),
+            _ => true,
+        }
+    }
+}
+
+fn did_you_mean(suggestions: &[String]) -> String {
+    if suggestions.is_empty() {
+        String::new()
+    } else {
+        format!(" (did you mean {}?)", quote_list(suggestions))
+    }
+}
+
+fn describe_not_quantized(items: &[(String, &'static str)]) -> String {
+    items
+        .iter()
+        .map(|(n, why)| format!("'{n}' ({why})"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Parses metric names (`cosine-similarity`, `mse`, `mre`, `sqnr`, `chebyshev`); the
+/// error names the first unknown one with close matches.
+pub fn parse_metrics<S: AsRef<str>>(names: &[S]) -> Result<Vec<Metric>, SensitivityError> {
+    if names.is_empty() {
+        return Err(SensitivityError::NoMetrics);
+    }
+    names
+        .iter()
+        .map(|n| {
+            let n = n.as_ref();
+            n.parse::<Metric>().map_err(|_| SensitivityError::UnknownMetric {
+                name: n.to_string(),
+                suggestions: close_matches(n, Metric::NAMES),
+            })
+        })
+        .collect()
+}
+
+/// The arguments of [`get_sensitivity_of_nodes`].
+#[derive(Clone, Debug)]
+pub struct SensitivityOptions {
+    pub node_type: NodeType,
+    /// One or several; the result is sorted by the first.
+    pub metrics: Vec<Metric>,
+    /// Compare on these regular nodes' outputs instead of the model outputs.
+    pub output_nodes: Vec<String>,
+    /// Use the first `data_num` samples (all when `None`).
+    pub data_num: Option<usize>,
+    /// Only these candidates (overrides `node_type`); a group of several names is
+    /// quantized together and reported as `a+b`.
+    pub interested_nodes: Option<Vec<Vec<String>>>,
+}
+
+impl Default for SensitivityOptions {
+    fn default() -> Self {
+        SensitivityOptions {
+            node_type: NodeType::Node,
+            metrics: vec![Metric::CosineSimilarity],
+            output_nodes: Vec::new(),
+            data_num: None,
+            interested_nodes: None,
+        }
+    }
+}
+
+/// What a result entry is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EntryKind {
+    /// A regular node, or a group of names.
+    Node,
+    /// One weight calibration node.
+    Weight,
+    /// One activation calibration node.
+    Activation,
+}
+
+/// Metric values in the order of the analysis' metrics. Serialized as a map
+/// `metric → value`; non-finite values (sqnr of identical tensors is `inf`) become
+/// the strings `"inf"`, `"-inf"`, `"nan"`, since JSON has no such numbers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MetricValues(pub Vec<(Metric, f64)>);
+
+impl MetricValues {
+    pub fn get(&self, metric: Metric) -> Option<f64> {
+        self.0.iter().find(|(m, _)| *m == metric).map(|(_, v)| *v)
+    }
+}
+
+impl Serialize for MetricValues {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (m, v) in &self.0 {
+            map.serialize_entry(m, &JsonNumber(*v))?;
+        }
+        map.end()
+    }
+}
+
+/// An f64 as a JSON number when finite, else as Python spells it.
+struct JsonNumber(f64);
+
+impl Serialize for JsonNumber {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let v = self.0;
+        if v.is_finite() {
+            serializer.serialize_f64(v)
+        } else if v.is_nan() {
+            serializer.serialize_str("nan")
+        } else if v > 0.0 {
+            serializer.serialize_str("inf")
+        } else {
+            serializer.serialize_str("-inf")
+        }
+    }
+}
+
+/// One ranked candidate.
+#[derive(Clone, Debug, Serialize)]
+pub struct Entry {
+    /// The node name, the calibration node name, or `a+b` for a group.
+    pub name: String,
+    pub kind: EntryKind,
+    /// The calibration nodes switched ON for this candidate.
+    pub calibrations: Vec<String>,
+    /// For weight and activation entries: the regular nodes consuming the
+    /// calibration node, `;`-joined (the tables' `node` column).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// For activation entries: the largest threshold.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<f32>,
+    /// For activation entries: the quantization bits (16 for float16).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bit: Option<u32>,
+    pub values: MetricValues,
+}
+
+/// The result: entries worst first by the first metric.
+#[derive(Clone, Debug, Serialize)]
+pub struct Sensitivity {
+    pub node_type: NodeType,
+    pub metrics: Vec<Metric>,
+    /// Number of samples used (the first ones).
+    pub data_num: usize,
+    /// The values compared with the float model.
+    pub compared: Vec<String>,
+    pub entries: Vec<Entry>,
+    /// Where the time went (not part of the serialized result, which must not
+    /// depend on the machine).
+    #[serde(skip)]
+    pub timings: Timings,
+}
+
+impl Sensitivity {
+    /// The table layout: weight or activation when every entry is a single calibration
+    /// node of that kind, else the plain node layout.
+    pub fn table_kind(&self) -> EntryKind {
+        match self.entries.first().map(|e| e.kind) {
+            Some(k) if self.entries.iter().all(|e| e.kind == k) => k,
+            _ => EntryKind::Node,
+        }
+    }
+
+    /// The verbose / log table in the seeds' layout (title `node sensitivity`).
+    pub fn table(&self) -> Table {
+        let kind = self.table_kind();
+        let keys: &[&str] = match kind {
+            EntryKind::Node => &["node"],
+            EntryKind::Weight => &["weight", "node"],
+            EntryKind::Activation => &["activation", "node", "threshold", "bit"],
+        };
+        let mut table = Table::new("node sensitivity", sensitivity_header(keys, &self.metrics));
+        for e in &self.entries {
+            let values: Vec<f64> = e.values.0.iter().map(|(_, v)| *v).collect();
+            let label = e.node.clone().unwrap_or_default();
+            let threshold = e.threshold.map(|t| format_value(f64::from(t))).unwrap_or_default();
+            let bit = e.bit.map(|b| b.to_string()).unwrap_or_default();
+            let cells: Vec<&str> = match kind {
+                EntryKind::Node => vec![&e.name],
+                EntryKind::Weight => vec![&e.name, &label],
+                EntryKind::Activation => vec![&e.name, &label, &threshold, &bit],
+            };
+            table
+                .push_row(sensitivity_row(&cells, &values))
+                .expect("rows are built with one cell per column");
+        }
+        table
+    }
+}
+
+/// A candidate before it is run.
+struct Candidate {
+    name: String,
+    kind: EntryKind,
+    /// Plan indices, no duplicates, in first-seen order.
+    calibrations: Vec<usize>,
+    /// The single calibration node this candidate is, if it is one.
+    calibration_node: Option<NodeId>,
+}
+
+/// Ranks the candidates of `options` by how much quantizing each alone degrades the
+/// compared values. `progress` gets (tasks done, total) as probes finish.
+pub fn get_sensitivity_of_nodes(
+    engine: &Engine,
+    options: &SensitivityOptions,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<Sensitivity, SensitivityError> {
+    if options.metrics.is_empty() {
+        return Err(SensitivityError::NoMetrics);
+    }
+    if engine.plan().calibrations().is_empty() {
+        return Err(SensitivityError::NoCalibrationNodes);
+    }
+    let samples = engine.sample_count(options.data_num)?;
+    let compared = compared_slots(engine, &options.output_nodes)?;
+    let candidates = match &options.interested_nodes {
+        Some(groups) => interested_candidates(engine, groups)?,
+        None => type_candidates(engine, options.node_type),
+    };
+
+    let mut probe_of: HashMap<Vec<usize>, usize> = HashMap::new();
+    let mut probes: Vec<Probe> = Vec::new();
+    let candidate_probe: Vec<usize> = candidates
+        .iter()
+        .map(|c| {
+            let mut key = c.calibrations.clone();
+            key.sort_unstable();
+            *probe_of.entry(key).or_insert_with(|| {
+                probes.push(Probe::float_with_on(&c.calibrations));
+                probes.len() - 1
+            })
+        })
+        .collect();
+
+    let metrics = &options.metrics;
+    let results = engine.run_probes(
+        &probes,
+        &compared,
+        samples,
+        |view| {
+            compared
+                .iter()
+                .map(|&slot| {
+                    let what = engine.value_name(slot);
+                    let x = view.float_value(slot)?;
+                    let y = view.value(slot)?;
+                    compare(&x, &y, metrics, what)
+                })
+                .collect::<Result<Vec<Vec<f64>>, EngineError>>()
+        },
+        progress,
+    )?;
+
+    let model = engine.model();
+    let mut entries: Vec<Entry> = candidates
+        .into_iter()
+        .zip(candidate_probe)
+        .map(|(c, p)| {
+            // per_sample[s][value][metric]
+            let per_sample = &results.values[p];
+            let values = metrics
+                .iter()
+                .enumerate()
+                .map(|(mi, &m)| {
+                    let per_output: Vec<Vec<f64>> = (0..compared.len())
+                        .map(|o| per_sample.iter().map(|s| s[o][mi]).collect())
+                        .collect();
+                    (m, hmct_metrics::aggregate(&per_output))
+                })
+                .collect();
+            let cal = c.calibration_node.and_then(|id| model.calibration(id));
+            let node = cal
+                .as_ref()
+                .filter(|_| c.kind != EntryKind::Node)
+                .map(|cal| hmct_ir::consumer_label(model, cal.id()));
+            let activation = cal.as_ref().filter(|_| c.kind == EntryKind::Activation);
+            Entry {
+                name: c.name,
+                kind: c.kind,
+                calibrations: c
+                    .calibrations
+                    .iter()
+                    .map(|&i| engine.plan().calibrations()[i].name.clone())
+                    .collect(),
+                node,
+                threshold: activation.and_then(|cal| max_threshold(cal)),
+                bit: activation.and_then(|cal| bits(&cal.qtype())),
+                values: MetricValues(values),
+            }
+        })
+        .collect();
+    let first = metrics[0];
+    sort_worst_first(&mut entries, first, |e| e.values.0[0].1);
+
+    Ok(Sensitivity {
+        node_type: options.node_type,
+        metrics: metrics.clone(),
+        data_num: samples,
+        compared: compared.iter().map(|&s| engine.value_name(s).to_string()).collect(),
+        entries,
+        timings: results.timings,
+    })
+}
+
+/// The slots compared with the float model: the model outputs, or the outputs of
+/// the given quantized regular nodes (each once, in the order given).
+fn compared_slots(engine: &Engine, output_nodes: &[String]) -> Result<Vec<usize>, SensitivityError> {
+    if output_nodes.is_empty() {
+        return Ok(engine.model_output_slots());
+    }
+    let refs = engine.lookup_all(output_nodes)?;
+    let mut bad = Vec::new();
+    let mut slots = Vec::new();
+    for (name, r) in output_nodes.iter().zip(refs) {
+        match r {
+            NodeRef::Calibration { .. } => bad.push((name.clone(), "a calibration node")),
+            NodeRef::Regular(id) if engine.input_calibrations(id).is_empty() => {
+                bad.push((name.clone(), "no input calibration nodes"))
+            }
+            NodeRef::Regular(id) => {
+                for s in engine.output_slots(id) {
+                    if !slots.contains(&s) {
+                        slots.push(s);
+                    }
+                }
+            }
+        }
+    }
+    if !bad.is_empty() {
+        return Err(SensitivityError::OutputNotQuantized(bad));
+    }
+    Ok(slots)
+}
+
+fn type_candidates(engine: &Engine, node_type: NodeType) -> Vec<Candidate> {
+    let model = engine.model();
+    match node_type {
+        NodeType::Node => hmct_ir::quantized_nodes(model)
+            .into_iter()
+            .map(|id| Candidate {
+                name: model.node_name(id).to_string(),
+                kind: EntryKind::Node,
+                calibrations: engine.input_calibrations(id),
+                calibration_node: None,
+            })
+            .filter(|c| !c.calibrations.is_empty())
+            .collect(),
+        NodeType::Weight | NodeType::Activation => {
+            let want = if node_type == NodeType::Weight {
+                TensorType::Weight
+            } else {
+                TensorType::Feature
+            };
+            (0..engine.plan().calibrations().len())
+                .filter_map(|index| {
+                    let id = engine.calibration_id(index);
+                    let cal = model.calibration(id)?;
+                    (cal.tensor_type() == want).then(|| Candidate {
+                        name: cal.name().to_string(),
+                        kind: kind_of(want),
+                        calibrations: vec![index],
+                        calibration_node: Some(id),
+                    })
+                })
+                .collect()
+        }
+    }
+}
+
+fn kind_of(t: TensorType) -> EntryKind {
+    match t {
+        TensorType::Weight => EntryKind::Weight,
+        TensorType::Feature => EntryKind::Activation,
+    }
+}
+
+fn interested_candidates(engine: &Engine, groups: &[Vec<String>]) -> Result<Vec<Candidate>, SensitivityError> {
+    if groups.iter().any(Vec::is_empty) {
+        return Err(SensitivityError::EmptyGroup);
+    }
+    // All unknown names at once, in the order given.
+    let all: Vec<&str> = groups.iter().flatten().map(String::as_str).collect();
+    engine.lookup_all(&all)?;
+    let model = engine.model();
+    let mut bad = Vec::new();
+    let mut candidates = Vec::new();
+    for group in groups {
+        let mut calibrations: Vec<usize> = Vec::new();
+        for name in group {
+            let r = engine.lookup(name).expect("checked above");
+            let cals = engine.calibrations_of(r);
+            if cals.is_empty() {
+                bad.push((name.clone(), "not quantized"));
+            }
+            for c in cals {
+                if !calibrations.contains(&c) {
+                    calibrations.push(c);
+                }
+            }
+        }
+        let single = match group.as_slice() {
+            [one] => match engine.lookup(one) {
+                Some(NodeRef::Calibration { id, .. }) => Some(id),
+                _ => None,
+            },
+            _ => None,
+        };
+        let kind = single
+            .and_then(|id| model.calibration(id))
+            .map_or(EntryKind::Node, |cal| kind_of(cal.tensor_type()));
+        candidates.push(Candidate {
+            name: group.join("+"),
+            kind,
+            calibrations,
+            calibration_node: single,
+        });
+    }
+    if !bad.is_empty() {
+        return Err(SensitivityError::InterestedNotQuantized(bad));
+    }
+    Ok(candidates)
+}
+
+/// The largest threshold; derived from the scales when the node has none.
+fn max_threshold(cal: &hmct_ir::CalibrationNode<'_>) -> Option<f32> {
+    let thresholds = cal.thresholds();
+    let values = if thresholds.is_empty() {
+        let qmax = cal.qtype().qrange()?.1 as f32;
+        cal.scales().iter().map(|s| s * qmax).collect()
+    } else {
+        thresholds
+    };
+    values.into_iter().reduce(f32::max)
+}
+
+fn bits(q: &QType) -> Option<u32> {
+    match q {
+        QType::Int { bits, .. } => Some(u32::from(*bits)),
+        QType::Float16 => Some(16),
+        QType::Float32 => Some(32),
+        QType::Unknown(_) => None,
+    }
+}
