@@ -43,11 +43,19 @@ pub struct Args {
     pub weight_qtype: QType,
     /// NAME=QTYPE, repeatable. NAME is a regular node (sets its activation inputs) or
     /// a calibration node as it will be named (`<tensor>_HzCalibration`).
-    #[arg(long = "node-qtype", visible_alias = "node_qtype", value_name = "NAME=QTYPE")]
+    #[arg(
+        long = "node-qtype",
+        visible_alias = "node_qtype",
+        value_name = "NAME=QTYPE"
+    )]
     pub node_qtype: Vec<String>,
     /// JSON file of per-node qtypes: {"NAME": "int16"}, {"NAME": {"qtype": "int16"}},
     /// or a quant_config with a "node_config" object of that form.
-    #[arg(long = "node-qtype-file", visible_alias = "node_qtype_file", value_name = "JSON")]
+    #[arg(
+        long = "node-qtype-file",
+        visible_alias = "node_qtype_file",
+        value_name = "JSON"
+    )]
     pub node_qtype_file: Option<PathBuf>,
     /// Operator types to quantize, replacing the default set (`[Conv,Add]` or
     /// `Conv,Add`); `+Relu,-MaxPool` adds to / removes from the default set.
@@ -145,9 +153,9 @@ fn node_qtypes(args: &Args) -> Result<Vec<(String, QType)>> {
         out.extend(read_node_qtype_file(path)?);
     }
     for item in &args.node_qtype {
-        let (name, q) = item.rsplit_once('=').ok_or_else(|| {
-            UsageError(format!("--node-qtype '{item}': expected NAME=QTYPE"))
-        })?;
+        let (name, q) = item
+            .rsplit_once('=')
+            .ok_or_else(|| UsageError(format!("--node-qtype '{item}': expected NAME=QTYPE")))?;
         let q = parse_qtype(q).map_err(|e| UsageError(format!("--node-qtype '{item}': {e}")))?;
         out.push((name.trim().to_string(), q));
     }
@@ -167,9 +175,11 @@ fn read_node_qtype_file(path: &Path) -> Result<Vec<(String, QType)>> {
         .map(|(name, v)| {
             let q = match v {
                 serde_json::Value::String(s) => s.as_str(),
-                serde_json::Value::Object(o) => o.get("qtype").and_then(|q| q.as_str()).ok_or_else(
-                    || bad(format!("node '{name}': expected {{\"qtype\": \"int16\"}}")),
-                )?,
+                serde_json::Value::Object(o) => {
+                    o.get("qtype").and_then(|q| q.as_str()).ok_or_else(|| {
+                        bad(format!("node '{name}': expected {{\"qtype\": \"int16\"}}"))
+                    })?
+                }
                 _ => return Err(bad(format!("node '{name}': expected a qtype string"))),
             };
             let q = parse_qtype(q).map_err(|e| bad(format!("node '{name}': {e}")))?;

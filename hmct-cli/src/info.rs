@@ -120,7 +120,14 @@ fn output_rows(rows: &[TensorInfo]) -> Table {
 }
 
 fn node_rows(rows: &[TensorInfo]) -> Table {
-    let header = ["Node", "Output", "Cosine Similarity", "L1 Distance", "L2 Distance", "Chebyshev Distance"];
+    let header = [
+        "Node",
+        "Output",
+        "Cosine Similarity",
+        "L1 Distance",
+        "L2 Distance",
+        "Chebyshev Distance",
+    ];
     let mut table = Table::new("", header.iter().map(|h| h.to_string()).collect());
     for r in rows {
         let f = r.figures;

@@ -101,7 +101,10 @@ fn target(model: &hmct_ir::Model, args: &Args) -> Result<Target> {
     }
     let dims = ty.and_then(|t| t.shape).unwrap_or_default();
     if !dims.is_empty() && dims.len() != 4 {
-        bail!("model input '{input}' has rank {}; images need a rank-4 input", dims.len());
+        bail!(
+            "model input '{input}' has rank {}; images need a rank-4 input",
+            dims.len()
+        );
     }
     let at = |k: usize| dims.get(k).and_then(fixed);
     let is_channels = |k: usize| matches!(at(k), Some(1 | 3));
@@ -142,7 +145,10 @@ fn target(model: &hmct_ir::Model, args: &Args) -> Result<Target> {
         {
             return Err(UsageError(format!(
                 "--size {height}x{width} does not match model input '{input}' ({})",
-                dims.iter().map(Dim::to_string).collect::<Vec<_>>().join("x")
+                dims.iter()
+                    .map(Dim::to_string)
+                    .collect::<Vec<_>>()
+                    .join("x")
             ))
             .into());
         }
@@ -173,7 +179,11 @@ fn per_channel(flag: &str, s: &str, channels: usize) -> Result<Vec<f32>> {
         .split(',')
         .map(|v| v.trim().parse::<f32>())
         .collect::<Result<_, _>>()
-        .map_err(|_| UsageError(format!("--{flag} '{s}': expected numbers separated by commas")))?;
+        .map_err(|_| {
+            UsageError(format!(
+                "--{flag} '{s}': expected numbers separated by commas"
+            ))
+        })?;
     match values.len() {
         1 => Ok(vec![values[0]; channels]),
         n if n == channels => Ok(values),
@@ -214,7 +224,8 @@ fn natural_cmp(a: &str, b: &str) -> Ordering {
 }
 
 fn image_files(dir: &Path) -> Result<Vec<PathBuf>> {
-    let rd = std::fs::read_dir(dir).with_context(|| format!("{}: cannot read the image folder", dir.display()))?;
+    let rd = std::fs::read_dir(dir)
+        .with_context(|| format!("{}: cannot read the image folder", dir.display()))?;
     let mut files: Vec<PathBuf> = rd
         .flatten()
         .map(|e| e.path())
@@ -327,9 +338,28 @@ mod tests {
 
     #[test]
     fn natural_order() {
-        let mut v = vec!["10.png", "2.png", "1.png", "a.png", "img_3.jpg", "img_12.jpg", "01.png"];
+        let mut v = vec![
+            "10.png",
+            "2.png",
+            "1.png",
+            "a.png",
+            "img_3.jpg",
+            "img_12.jpg",
+            "01.png",
+        ];
         v.sort_by(|a, b| natural_cmp(a, b));
-        assert_eq!(v, ["01.png", "1.png", "2.png", "10.png", "a.png", "img_3.jpg", "img_12.jpg"]);
+        assert_eq!(
+            v,
+            [
+                "01.png",
+                "1.png",
+                "2.png",
+                "10.png",
+                "a.png",
+                "img_3.jpg",
+                "img_12.jpg"
+            ]
+        );
     }
 
     #[test]

@@ -47,20 +47,33 @@ pub fn run(args: &RunArgs) -> Result<()> {
         })
         .collect();
     let data = Dataset::open(&args.data, &specs)?;
-    let config = if args.float { Config::float() } else { Config::calibrated() };
-    let output_names: Vec<String> = session.plan().output_names().iter().map(|s| s.to_string()).collect();
+    let config = if args.float {
+        Config::float()
+    } else {
+        Config::calibrated()
+    };
+    let output_names: Vec<String> = session
+        .plan()
+        .output_names()
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
 
     if let Some(dir) = &args.output_dir {
         for name in &output_names {
             let sub = dir.join(sanitize_name(name));
-            std::fs::create_dir_all(&sub).with_context(|| format!("{}: cannot create folder", sub.display()))?;
+            std::fs::create_dir_all(&sub)
+                .with_context(|| format!("{}: cannot create folder", sub.display()))?;
         }
     }
 
     let mut times: Vec<Duration> = Vec::new();
     for sample in 0..data.len() {
         let inputs = data.sample(sample)?;
-        let refs: Vec<(&str, Tensor)> = inputs.into_iter().map(|(n, t)| (specs_name(&specs, &n), t)).collect();
+        let refs: Vec<(&str, Tensor)> = inputs
+            .into_iter()
+            .map(|(n, t)| (specs_name(&specs, &n), t))
+            .collect();
         let mut outputs = Vec::new();
         for _ in 0..args.repeat {
             let start = Instant::now();
@@ -81,13 +94,21 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let median = times[times.len() / 2];
     println!(
         "ran {} model on {} sample(s), {} output(s), {} thread(s)",
-        if args.float { "the float" } else { "the calibrated" },
+        if args.float {
+            "the float"
+        } else {
+            "the calibrated"
+        },
         data.len(),
         output_names.len(),
         session.threads()
     );
     if args.repeat > 1 {
-        println!("median time per run: {:.3} ms over {} runs", median.as_secs_f64() * 1e3, times.len());
+        println!(
+            "median time per run: {:.3} ms over {} runs",
+            median.as_secs_f64() * 1e3,
+            times.len()
+        );
     }
     if let Some(dir) = &args.output_dir {
         println!("outputs written to {}", dir.display());
@@ -96,5 +117,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
 }
 
 fn specs_name<'a>(specs: &'a [InputSpec], name: &str) -> &'a str {
-    specs.iter().find(|s| s.name == name).map(|s| s.name.as_str()).unwrap_or("")
+    specs
+        .iter()
+        .find(|s| s.name == name)
+        .map(|s| s.name.as_str())
+        .unwrap_or("")
 }

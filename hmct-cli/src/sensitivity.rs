@@ -13,7 +13,9 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use hmct_cli::listarg::{ListArg, parse_bool, parse_list};
 use hmct_debug::engine::{Engine, EngineOptions};
-use hmct_debug::sensitivity::{NodeType, Sensitivity, SensitivityOptions, get_sensitivity_of_nodes, parse_metrics};
+use hmct_debug::sensitivity::{
+    NodeType, Sensitivity, SensitivityOptions, get_sensitivity_of_nodes, parse_metrics,
+};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::UsageError;
@@ -30,7 +32,12 @@ pub struct Args {
     #[arg(short = 'm', long = "metrics", default_value = "cosine-similarity")]
     pub metrics: String,
     /// node (quantized regular nodes), weight or activation (calibration nodes).
-    #[arg(short = 'n', long = "node_type", visible_alias = "node-type", default_value = "node")]
+    #[arg(
+        short = 'n',
+        long = "node_type",
+        visible_alias = "node-type",
+        default_value = "node"
+    )]
     pub node_type: String,
     /// Compare on this regular node's outputs (or a list of nodes) instead of the
     /// model outputs; each must be quantized.
@@ -44,10 +51,19 @@ pub struct Args {
     pub verbose: Option<String>,
     /// Only these nodes (overrides -n); a nested list quantizes each sub-list
     /// together, reported as a+b. E.g. "['Conv_2',['Conv_4','Conv_9']]".
-    #[arg(short = 'i', long = "interested_nodes", visible_alias = "interested-nodes")]
+    #[arg(
+        short = 'i',
+        long = "interested_nodes",
+        visible_alias = "interested-nodes"
+    )]
     pub interested_nodes: Option<String>,
     /// Write the table to DIR/sensitivity_of_<node_type>.log.
-    #[arg(short = 's', long = "save_dir", visible_alias = "save-dir", value_name = "DIR")]
+    #[arg(
+        short = 's',
+        long = "save_dir",
+        visible_alias = "save-dir",
+        value_name = "DIR"
+    )]
     pub save_dir: Option<PathBuf>,
     /// Write the ordered result as JSON.
     #[arg(long, value_name = "FILE")]
@@ -121,7 +137,10 @@ fn parse(args: &Args) -> Result<Parsed> {
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let parsed = parse(args)?;
     let model = hmct_ir::load_model(&args.model)?;
-    let cache_bytes = args.cache_mb.unwrap_or_else(default_cache_mb).saturating_mul(1 << 20);
+    let cache_bytes = args
+        .cache_mb
+        .unwrap_or_else(default_cache_mb)
+        .saturating_mul(1 << 20);
     let engine = Engine::new(
         model,
         &args.data,
@@ -143,10 +162,12 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
 
     let table = result.table().render();
     if parsed.verbose {
-        out.write_all(table.as_bytes()).context("writing to stdout")?;
+        out.write_all(table.as_bytes())
+            .context("writing to stdout")?;
     }
     if let Some(dir) = &args.save_dir {
-        std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create folder", dir.display()))?;
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("{}: cannot create folder", dir.display()))?;
         let path = dir.join(format!("sensitivity_of_{}.log", parsed.options.node_type));
         hmct_ir::write_atomic(&path, table.as_bytes())?;
     }
@@ -156,7 +177,9 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         hmct_ir::write_atomic(path, &json)?;
     }
     if !parsed.verbose && args.save_dir.is_none() && args.json.is_none() {
-        eprintln!("note: nothing to show; pass -v True to print the table, -s DIR or --json FILE to save it");
+        eprintln!(
+            "note: nothing to show; pass -v True to print the table, -s DIR or --json FILE to save it"
+        );
     }
     if args.timings {
         print_timings(&result, &engine);
@@ -169,7 +192,8 @@ fn progress_bar() -> ProgressBar {
         return ProgressBar::hidden();
     }
     let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr()).with_style(
-        ProgressStyle::with_template("probing {bar:30} {pos}/{len} runs ({elapsed}, eta {eta})").expect("a valid template"),
+        ProgressStyle::with_template("probing {bar:30} {pos}/{len} runs ({elapsed}, eta {eta})")
+            .expect("a valid template"),
     );
     bar
 }

@@ -330,7 +330,10 @@ fn prepare<'m>(
         suggestions: close_matches(name, model.node_mappings().keys().map(String::as_str)),
     };
     let skip: HashSet<&str> = options.skip_nodes.iter().map(String::as_str).collect();
-    if let Some(bad) = skip.iter().find(|n| !model.node_mappings().contains_key(**n)) {
+    if let Some(bad) = skip
+        .iter()
+        .find(|n| !model.node_mappings().contains_key(**n))
+    {
         return Err(unknown_node(bad));
     }
     let plan = plan_model(model).map_err(|source| CalibrateError::Plan {
@@ -641,7 +644,11 @@ impl Prepared<'_> {
             .filter(|&k| candidates[k].weight.is_none())
             .collect();
         let wanted: Vec<Slot> = acts.iter().map(|&k| candidates[k].slot).collect();
-        let passes = if options.method.needs_histogram() { 2 } else { 1 };
+        let passes = if options.method.needs_histogram() {
+            2
+        } else {
+            1
+        };
         let total = passes * used;
         let mut done = 0;
         let mut float_ok = vec![true; acts.len()];
@@ -688,7 +695,9 @@ impl Prepared<'_> {
             .enumerate()
             .map(|(j, &k)| {
                 let bins = match options.method {
-                    Method::Kl => kl_bins(counts[j], levels(&candidates[k].qtype), options.num_bins),
+                    Method::Kl => {
+                        kl_bins(counts[j], levels(&candidates[k].qtype), options.num_bins)
+                    }
                     _ => options.num_bins,
                 };
                 AbsHistogram::new(maxima[j], bins)

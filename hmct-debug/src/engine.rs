@@ -28,7 +28,9 @@ use std::time::{Duration, Instant};
 
 use hmct_ir::{Model, NodeId};
 use hmct_metrics::{Metric, PairStats};
-use hmct_quant::{Base, Capture, Config, Override, Plan, PlanError, RunError, Session, Slot, Values};
+use hmct_quant::{
+    Base, Capture, Config, Override, Plan, PlanError, RunError, Session, Slot, Values,
+};
 use hmct_tensor::{Dataset, InputSpec, Tensor, TensorError};
 use rayon::prelude::*;
 
@@ -65,7 +67,11 @@ fn describe_unknown(names: &[UnknownName]) -> String {
             if u.suggestions.is_empty() {
                 format!("'{}'", u.name)
             } else {
-                format!("'{}' (did you mean {}?)", u.name, quote_list(&u.suggestions))
+                format!(
+                    "'{}' (did you mean {}?)",
+                    u.name,
+                    quote_list(&u.suggestions)
+                )
             }
         })
         .collect();
@@ -97,7 +103,11 @@ pub fn close_matches<'a>(name: &str, candidates: impl IntoIterator<Item = &'a st
         .collect();
     // Equal scores in name order, so the message does not depend on hashing.
     scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1)));
-    scored.into_iter().take(3).map(|(_, c)| c.to_string()).collect()
+    scored
+        .into_iter()
+        .take(3)
+        .map(|(_, c)| c.to_string())
+        .collect()
 }
 
 /// How an engine runs.
@@ -147,7 +157,9 @@ impl Probe {
     fn config(&self) -> Config {
         self.overrides
             .iter()
-            .fold(base_config(self.base), |cfg, (c, o)| cfg.with(*c, o.clone()))
+            .fold(base_config(self.base), |cfg, (c, o)| {
+                cfg.with(*c, o.clone())
+            })
     }
 }
 
@@ -250,7 +262,11 @@ pub struct Engine {
 impl Engine {
     /// Plans `model` and opens the calibration-data folder `data_dir` against its
     /// inputs.
-    pub fn new(model: Model, data_dir: &Path, options: &EngineOptions) -> Result<Engine, EngineError> {
+    pub fn new(
+        model: Model,
+        data_dir: &Path,
+        options: &EngineOptions,
+    ) -> Result<Engine, EngineError> {
         let plan = hmct_quant::plan_model(&model)?;
         let specs: Vec<InputSpec> = plan
             .inputs()
@@ -266,14 +282,23 @@ impl Engine {
     }
 
     /// An engine on an already planned model and an opened dataset.
-    pub fn with_dataset(model: Model, plan: Plan, data: Dataset, options: &EngineOptions) -> Result<Engine, EngineError> {
+    pub fn with_dataset(
+        model: Model,
+        plan: Plan,
+        data: Dataset,
+        options: &EngineOptions,
+    ) -> Result<Engine, EngineError> {
         let calibration_index = plan
             .calibrations()
             .iter()
             .enumerate()
             .map(|(i, c)| (c.graph_index, i))
             .collect();
-        let all_slots = plan.nodes().iter().flat_map(|n| n.outputs.iter().copied()).collect();
+        let all_slots = plan
+            .nodes()
+            .iter()
+            .flat_map(|n| n.outputs.iter().copied())
+            .collect();
         let input_names = plan.inputs().iter().map(|i| i.name.clone()).collect();
         let session = Session::new(plan, options.threads)?;
         Ok(Engine {
@@ -427,9 +452,13 @@ impl Engine {
             .map(|(n, t)| (self.input_name(&n), t))
             .collect();
         let bound = self.session.bind_inputs(&refs)?;
-        let values = self
-            .session
-            .run_from(&bound, None, &base_config(base), &self.all_slots, Capture::All)?;
+        let values = self.session.run_from(
+            &bound,
+            None,
+            &base_config(base),
+            &self.all_slots,
+            Capture::All,
+        )?;
         let size = distinct_bytes(&values, self.plan().num_values());
         let values = Arc::new(values);
         let mut cache = self.lock_cache();
@@ -460,7 +489,11 @@ impl Engine {
         let cache = self.lock_cache();
         let missing = bases
             .iter()
-            .filter(|b| !cache.entries.contains_key(&(**b == Base::Calibrated, sample)))
+            .filter(|b| {
+                !cache
+                    .entries
+                    .contains_key(&(**b == Base::Calibrated, sample))
+            })
             .count();
         match (self.cache_bytes, cache.last_size) {
             _ if missing == 0 => true,
@@ -513,7 +546,17 @@ impl Engine {
         let mut batch: Vec<SampleCaptures> = Vec::new();
         for sample in 0..samples {
             if !batch.is_empty() && !self.will_be_resident(sample, &bases) {
-                let batch_timings = self.run_batch(probes, &configs, wanted, &batch, &reduce, &mut results, &done, total, progress)?;
+                let batch_timings = self.run_batch(
+                    probes,
+                    &configs,
+                    wanted,
+                    &batch,
+                    &reduce,
+                    &mut results,
+                    &done,
+                    total,
+                    progress,
+                )?;
                 timings.add(&batch_timings);
                 batch.clear();
             }
@@ -521,14 +564,21 @@ impl Engine {
             let mut resident = true;
             let mut captured = 0;
             let mut get = |base: Base| -> Result<Arc<Values>, EngineError> {
-                let was_cached = self.lock_cache().entries.contains_key(&(base == Base::Calibrated, sample));
+                let was_cached = self
+                    .lock_cache()
+                    .entries
+                    .contains_key(&(base == Base::Calibrated, sample));
                 let (v, fits) = self.capture_inner(sample, base)?;
                 resident &= fits;
                 captured += usize::from(!was_cached);
                 Ok(v)
             };
             let float = get(Base::Float)?;
-            let calibrated = if bases.len() > 1 { Some(get(Base::Calibrated)?) } else { None };
+            let calibrated = if bases.len() > 1 {
+                Some(get(Base::Calibrated)?)
+            } else {
+                None
+            };
             timings.captures += captured;
             timings.capture += start.elapsed();
             batch.push(SampleCaptures {
@@ -537,18 +587,42 @@ impl Engine {
                 calibrated,
             });
             if !resident {
-                let batch_timings = self.run_batch(probes, &configs, wanted, &batch, &reduce, &mut results, &done, total, progress)?;
+                let batch_timings = self.run_batch(
+                    probes,
+                    &configs,
+                    wanted,
+                    &batch,
+                    &reduce,
+                    &mut results,
+                    &done,
+                    total,
+                    progress,
+                )?;
                 timings.add(&batch_timings);
                 batch.clear();
             }
         }
         if !batch.is_empty() {
-            let batch_timings = self.run_batch(probes, &configs, wanted, &batch, &reduce, &mut results, &done, total, progress)?;
+            let batch_timings = self.run_batch(
+                probes,
+                &configs,
+                wanted,
+                &batch,
+                &reduce,
+                &mut results,
+                &done,
+                total,
+                progress,
+            )?;
             timings.add(&batch_timings);
         }
         let values = results
             .into_iter()
-            .map(|row| row.into_iter().map(|v| v.expect("every task ran")).collect())
+            .map(|row| {
+                row.into_iter()
+                    .map(|v| v.expect("every task ran"))
+                    .collect()
+            })
             .collect();
         Ok(ProbeResults { values, timings })
     }
@@ -583,14 +657,21 @@ impl Engine {
                     let (known, base_cfg) = match probes[p].base {
                         Base::Float => (&*caps.float, &base_configs[0]),
                         Base::Calibrated => (
-                            &**caps.calibrated.as_ref().expect("calibrated captures exist when a probe needs them"),
+                            &**caps
+                                .calibrated
+                                .as_ref()
+                                .expect("calibrated captures exist when a probe needs them"),
                             &base_configs[1],
                         ),
                     };
                     let t0 = Instant::now();
-                    let values = self
-                        .session
-                        .run_from(known, Some(base_cfg), &configs[p], wanted, Capture::Wanted)?;
+                    let values = self.session.run_from(
+                        known,
+                        Some(base_cfg),
+                        &configs[p],
+                        wanted,
+                        Capture::Wanted,
+                    )?;
                     let t1 = Instant::now();
                     let view = ProbeView {
                         probe: p,
@@ -644,16 +725,22 @@ fn distinct_bytes(values: &Values, n_slots: usize) -> usize {
 
 /// The metrics between a float reference `x` and a value `y` (same element count),
 /// in the order of `metrics`. Non-f32 tensors are compared as f32.
-pub fn compare(x: &Tensor, y: &Tensor, metrics: &[Metric], what: &str) -> Result<Vec<f64>, EngineError> {
+pub fn compare(
+    x: &Tensor,
+    y: &Tensor,
+    metrics: &[Metric],
+    what: &str,
+) -> Result<Vec<f64>, EngineError> {
     let err = |message: String| EngineError::Compare {
         value: what.to_string(),
         message,
     };
-    let (xs, ys) = (as_f32(x).ok_or_else(|| err(format!("{} is not numeric", x.dtype())))?, as_f32(y).ok_or_else(|| err(format!("{} is not numeric", y.dtype())))?);
+    let (xs, ys) = (
+        as_f32(x).ok_or_else(|| err(format!("{} is not numeric", x.dtype())))?,
+        as_f32(y).ok_or_else(|| err(format!("{} is not numeric", y.dtype())))?,
+    );
     let mut stats = PairStats::new();
-    stats
-        .update(&xs, &ys)
-        .map_err(|e| err(e.to_string()))?;
+    stats.update(&xs, &ys).map_err(|e| err(e.to_string()))?;
     Ok(metrics.iter().map(|&m| stats.metric(m)).collect())
 }
 

@@ -16,11 +16,15 @@ use std::fmt;
 use std::str::FromStr;
 
 use hmct_ir::{NodeId, QType, TensorType};
-use hmct_metrics::{Metric, Table, format_value, sensitivity_header, sensitivity_row, sort_worst_first};
-use serde::ser::{SerializeMap, Serializer};
+use hmct_metrics::{
+    Metric, Table, format_value, sensitivity_header, sensitivity_row, sort_worst_first,
+};
 use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
 
-use crate::engine::{Engine, EngineError, NodeRef, Probe, Timings, close_matches, compare, quote_list};
+use crate::engine::{
+    Engine, EngineError, NodeRef, Probe, Timings, close_matches, compare, quote_list,
+};
 
 /// Which candidates to rank (`-n/--node_type`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -76,9 +80,15 @@ pub enum SensitivityError {
     #[error(transparent)]
     Engine(#[from] EngineError),
     #[error("unknown node type '{name}'{}; valid node types are: node, weight, activation", did_you_mean(.suggestions))]
-    UnknownNodeType { name: String, suggestions: Vec<String> },
+    UnknownNodeType {
+        name: String,
+        suggestions: Vec<String>,
+    },
     #[error("unknown metric '{name}'{}; valid metrics are: {}", did_you_mean(.suggestions), Metric::NAMES.join(", "))]
-    UnknownMetric { name: String, suggestions: Vec<String> },
+    UnknownMetric {
+        name: String,
+        suggestions: Vec<String>,
+    },
     #[error("no metric given; valid metrics are: {}", Metric::NAMES.join(", "))]
     NoMetrics,
     #[error("the model has no calibration (HzCalibration) nodes")]
@@ -97,7 +107,9 @@ impl SensitivityError {
         match self {
             SensitivityError::Engine(e) => matches!(
                 e,
-                EngineError::UnknownNodes(_) | EngineError::DataNum { .. } | EngineError::ZeroDataNum
+                EngineError::UnknownNodes(_)
+                    | EngineError::DataNum { .. }
+                    | EngineError::ZeroDataNum
             ),
             _ => true,
         }
@@ -130,10 +142,11 @@ pub fn parse_metrics<S: AsRef<str>>(names: &[S]) -> Result<Vec<Metric>, Sensitiv
         .iter()
         .map(|n| {
             let n = n.as_ref();
-            n.parse::<Metric>().map_err(|_| SensitivityError::UnknownMetric {
-                name: n.to_string(),
-                suggestions: close_matches(n, Metric::NAMES),
-            })
+            n.parse::<Metric>()
+                .map_err(|_| SensitivityError::UnknownMetric {
+                    name: n.to_string(),
+                    suggestions: close_matches(n, Metric::NAMES),
+                })
         })
         .collect()
 }
@@ -276,7 +289,10 @@ impl Sensitivity {
         for e in &self.entries {
             let values: Vec<f64> = e.values.0.iter().map(|(_, v)| *v).collect();
             let label = e.node.clone().unwrap_or_default();
-            let threshold = e.threshold.map(|t| format_value(f64::from(t))).unwrap_or_default();
+            let threshold = e
+                .threshold
+                .map(|t| format_value(f64::from(t)))
+                .unwrap_or_default();
             let bit = e.bit.map(|b| b.to_string()).unwrap_or_default();
             let cells: Vec<&str> = match kind {
                 EntryKind::Node => vec![&e.name],
@@ -399,7 +415,10 @@ pub fn get_sensitivity_of_nodes(
         node_type: options.node_type,
         metrics: metrics.clone(),
         data_num: samples,
-        compared: compared.iter().map(|&s| engine.value_name(s).to_string()).collect(),
+        compared: compared
+            .iter()
+            .map(|&s| engine.value_name(s).to_string())
+            .collect(),
         entries,
         timings: results.timings,
     })
@@ -407,7 +426,10 @@ pub fn get_sensitivity_of_nodes(
 
 /// The slots compared with the float model: the model outputs, or the outputs of
 /// the given quantized regular nodes (each once, in the order given).
-fn compared_slots(engine: &Engine, output_nodes: &[String]) -> Result<Vec<usize>, SensitivityError> {
+fn compared_slots(
+    engine: &Engine,
+    output_nodes: &[String],
+) -> Result<Vec<usize>, SensitivityError> {
     if output_nodes.is_empty() {
         return Ok(engine.model_output_slots());
     }
@@ -477,7 +499,10 @@ fn kind_of(t: TensorType) -> EntryKind {
     }
 }
 
-fn interested_candidates(engine: &Engine, groups: &[Vec<String>]) -> Result<Vec<Candidate>, SensitivityError> {
+fn interested_candidates(
+    engine: &Engine,
+    groups: &[Vec<String>],
+) -> Result<Vec<Candidate>, SensitivityError> {
     if groups.iter().any(Vec::is_empty) {
         return Err(SensitivityError::EmptyGroup);
     }

@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hmct_debug::engine::{Engine, EngineError, EngineOptions};
 use hmct_debug::sensitivity::{
-    EntryKind, NodeType, Sensitivity, SensitivityError, SensitivityOptions, get_sensitivity_of_nodes, parse_metrics,
+    EntryKind, NodeType, Sensitivity, SensitivityError, SensitivityOptions,
+    get_sensitivity_of_nodes, parse_metrics,
 };
 use hmct_ir::{Model, TensorType};
 use hmct_metrics::Metric;
@@ -32,7 +33,15 @@ fn rnet() -> Option<(Model, PathBuf)> {
 }
 
 fn engine(model: &Model, data: &Path, threads: usize, cache_bytes: Option<usize>) -> Engine {
-    Engine::new(model.clone(), data, &EngineOptions { threads, cache_bytes }).unwrap()
+    Engine::new(
+        model.clone(),
+        data,
+        &EngineOptions {
+            threads,
+            cache_bytes,
+        },
+    )
+    .unwrap()
 }
 
 fn no_progress(_: usize, _: usize) {}
@@ -69,18 +78,33 @@ impl Reference {
 
     /// Values of `compared` for sample `s` under `config`, by a full run.
     fn full(&self, s: usize, config: &Config, compared: &[usize]) -> Vec<Tensor> {
-        let refs: Vec<(&str, Tensor)> = self.samples[s].iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+        let refs: Vec<(&str, Tensor)> = self.samples[s]
+            .iter()
+            .map(|(n, t)| (n.as_str(), t.clone()))
+            .collect();
         let bound = self.session.bind_inputs(&refs).unwrap();
-        let values = self.session.run_from(&bound, None, config, compared, Capture::Wanted).unwrap();
-        compared.iter().map(|&c| (*self.session.value(&values, c).unwrap()).clone()).collect()
+        let values = self
+            .session
+            .run_from(&bound, None, config, compared, Capture::Wanted)
+            .unwrap();
+        compared
+            .iter()
+            .map(|&c| (*self.session.value(&values, c).unwrap()).clone())
+            .collect()
     }
 
     /// The aggregated metrics of switching `calibrations` ON in the float model.
-    fn sensitivity(&self, calibrations: &[&str], compared: &[&str], metrics: &[Metric], samples: usize) -> Vec<f64> {
+    fn sensitivity(
+        &self,
+        calibrations: &[&str],
+        compared: &[&str],
+        metrics: &[Metric],
+        samples: usize,
+    ) -> Vec<f64> {
         let plan = self.session.plan();
-        let config = calibrations
-            .iter()
-            .fold(Config::float(), |cfg, name| cfg.with(plan.calibration(name).unwrap(), Override::On));
+        let config = calibrations.iter().fold(Config::float(), |cfg, name| {
+            cfg.with(plan.calibration(name).unwrap(), Override::On)
+        });
         let slots: Vec<usize> = compared.iter().map(|n| plan.value(n).unwrap()).collect();
         // per_metric[m][output][sample]
         let mut per_metric = vec![vec![Vec::new(); slots.len()]; metrics.len()];
@@ -90,12 +114,17 @@ impl Reference {
             for (o, (x, y)) in float.iter().zip(&probe).enumerate() {
                 let (x, y) = (x.as_f32().unwrap(), y.as_f32().unwrap());
                 for (m, &metric) in metrics.iter().enumerate() {
-                    let v = hmct_metrics::compute(metric, x.as_slice().unwrap(), y.as_slice().unwrap()).unwrap();
+                    let v =
+                        hmct_metrics::compute(metric, x.as_slice().unwrap(), y.as_slice().unwrap())
+                            .unwrap();
                     per_metric[m][o].push(v);
                 }
             }
         }
-        per_metric.iter().map(|per_output| hmct_metrics::aggregate(per_output)).collect()
+        per_metric
+            .iter()
+            .map(|per_output| hmct_metrics::aggregate(per_output))
+            .collect()
     }
 }
 
@@ -108,7 +137,11 @@ fn assert_matches_reference(result: &Sensitivity, reference: &Reference) {
         let got: Vec<f64> = e.values.0.iter().map(|(_, v)| *v).collect();
         let want_bits: Vec<u64> = want.iter().map(|v| v.to_bits()).collect();
         let got_bits: Vec<u64> = got.iter().map(|v| v.to_bits()).collect();
-        assert_eq!(got_bits, want_bits, "{}: got {got:?}, want {want:?}", e.name);
+        assert_eq!(
+            got_bits, want_bits,
+            "{}: got {got:?}, want {want:?}",
+            e.name
+        );
     }
 }
 
@@ -117,7 +150,11 @@ fn assert_sorted(result: &Sensitivity) {
     let first = result.metrics[0];
     let values: Vec<f64> = result.entries.iter().map(|e| e.values.0[0].1).collect();
     for w in values.windows(2) {
-        assert_ne!(hmct_metrics::compare_worst_first(first, w[0], w[1]), std::cmp::Ordering::Greater, "{values:?}");
+        assert_ne!(
+            hmct_metrics::compare_worst_first(first, w[0], w[1]),
+            std::cmp::Ordering::Greater,
+            "{values:?}"
+        );
     }
 }
 
@@ -145,12 +182,17 @@ fn all_node_types_and_metrics_equal_full_runs() {
 
             // The candidates are exactly the spec's.
             let mut want: Vec<String> = match node_type {
-                NodeType::Node => hmct_ir::quantized_nodes(&model).iter().map(|&id| model.node_name(id).to_string()).collect(),
+                NodeType::Node => hmct_ir::quantized_nodes(&model)
+                    .iter()
+                    .map(|&id| model.node_name(id).to_string())
+                    .collect(),
                 _ => model
                     .calibration_nodes()
                     .into_iter()
                     .map(|id| model.calibration(id).unwrap())
-                    .filter(|c| (c.tensor_type() == TensorType::Weight) == (node_type == NodeType::Weight))
+                    .filter(|c| {
+                        (c.tensor_type() == TensorType::Weight) == (node_type == NodeType::Weight)
+                    })
                     .map(|c| c.name().to_string())
                     .collect(),
             };
@@ -178,7 +220,10 @@ fn all_node_types_and_metrics_equal_full_runs() {
                     NodeType::Activation => {
                         assert_eq!(e.kind, EntryKind::Activation);
                         let id = model.node_id(&e.name).unwrap();
-                        assert_eq!(e.node.as_deref(), Some(hmct_ir::consumer_label(&model, id).as_str()));
+                        assert_eq!(
+                            e.node.as_deref(),
+                            Some(hmct_ir::consumer_label(&model, id).as_str())
+                        );
                         // calibrate_for_tests: per-tensor int8 at the given threshold.
                         assert!(e.threshold.is_some_and(|t| t == 4.0 || t == 2.0));
                         assert_eq!(e.bit, Some(8));
@@ -188,7 +233,12 @@ fn all_node_types_and_metrics_equal_full_runs() {
             assert_sorted(&result);
             assert_matches_reference(&result, &reference);
             // Quantizing something changes the outputs for at least one candidate.
-            assert!(result.entries.iter().any(|e| e.values.get(Metric::Mse).unwrap() > 0.0));
+            assert!(
+                result
+                    .entries
+                    .iter()
+                    .any(|e| e.values.get(Metric::Mse).unwrap() > 0.0)
+            );
             checked += 1;
         }
     }
@@ -204,7 +254,11 @@ fn ranking_follows_the_first_metric() {
         return;
     };
     let engine = engine(&model, &data, 2, None);
-    for metrics in [vec![Metric::Mse, Metric::CosineSimilarity], vec![Metric::Sqnr], vec![Metric::Chebyshev, Metric::Mre]] {
+    for metrics in [
+        vec![Metric::Mse, Metric::CosineSimilarity],
+        vec![Metric::Sqnr],
+        vec![Metric::Chebyshev, Metric::Mre],
+    ] {
         let result = run(
             &engine,
             &SensitivityOptions {
@@ -213,7 +267,13 @@ fn ranking_follows_the_first_metric() {
             },
         );
         assert_eq!(result.metrics, metrics);
-        assert!(result.entries.iter().all(|e| e.values.0.iter().map(|(m, _)| *m).eq(metrics.iter().copied())));
+        assert!(result.entries.iter().all(|e| {
+            e.values
+                .0
+                .iter()
+                .map(|(m, _)| *m)
+                .eq(metrics.iter().copied())
+        }));
         assert_sorted(&result);
     }
 }
@@ -231,7 +291,11 @@ fn thread_count_and_cache_budget_change_nothing() {
     let json = |threads, cache| {
         let e = engine(&model, &data, threads, cache);
         let r = run(&e, &options);
-        (serde_json::to_string_pretty(&r).unwrap(), r.timings, e.cached_bytes())
+        (
+            serde_json::to_string_pretty(&r).unwrap(),
+            r.timings,
+            e.cached_bytes(),
+        )
     };
     let (one, t1, cached) = json(1, None);
     assert!(cached > 0);
@@ -251,7 +315,11 @@ fn thread_count_and_cache_budget_change_nothing() {
     };
     let e = engine(&model, &data, 2, Some(per_sample * 3 + per_sample / 2));
     let r = run(&e, &options);
-    assert_eq!(serde_json::to_string_pretty(&r).unwrap(), one, "partial cache");
+    assert_eq!(
+        serde_json::to_string_pretty(&r).unwrap(),
+        one,
+        "partial cache"
+    );
     assert_eq!(e.cached_bytes(), per_sample * 3);
     // A second analysis on the same engine reuses the cached samples.
     let again = run(&e, &options);
@@ -346,10 +414,18 @@ fn output_node_and_data_num() {
     let conv = model.node(model.node_id("conv2d_6").unwrap());
     assert_eq!(result.compared, conv.output);
     // conv2d_7 comes after the compared node: quantizing it changes nothing there.
-    let after = result.entries.iter().find(|e| e.name == "conv2d_7").unwrap();
+    let after = result
+        .entries
+        .iter()
+        .find(|e| e.name == "conv2d_7")
+        .unwrap();
     assert_eq!(after.values.get(Metric::Mse), Some(0.0));
     assert_eq!(after.values.get(Metric::CosineSimilarity), Some(1.0));
-    let before = result.entries.iter().find(|e| e.name == "conv2d_5").unwrap();
+    let before = result
+        .entries
+        .iter()
+        .find(|e| e.name == "conv2d_5")
+        .unwrap();
     assert!(before.values.get(Metric::Mse).unwrap() > 0.0);
     assert_sorted(&result);
     assert_matches_reference(&result, &reference);
@@ -403,7 +479,9 @@ fn argument_errors_are_typed_and_name_the_problem() {
         return;
     };
     let engine = engine(&model, &data, 1, None);
-    let err = |options: SensitivityOptions| get_sensitivity_of_nodes(&engine, &options, &no_progress).unwrap_err();
+    let err = |options: SensitivityOptions| {
+        get_sensitivity_of_nodes(&engine, &options, &no_progress).unwrap_err()
+    };
 
     let e = err(SensitivityOptions {
         output_nodes: vec!["conv2d_22".into(), "softmaxx".into()],
@@ -411,15 +489,25 @@ fn argument_errors_are_typed_and_name_the_problem() {
     });
     assert!(e.is_usage());
     let msg = e.to_string();
-    assert!(matches!(e, SensitivityError::Engine(EngineError::UnknownNodes(ref u)) if u.len() == 2), "{msg}");
-    assert!(msg.contains("'conv2d_22' (did you mean 'conv2d_2'"), "{msg}");
+    assert!(
+        matches!(e, SensitivityError::Engine(EngineError::UnknownNodes(ref u)) if u.len() == 2),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("'conv2d_22' (did you mean 'conv2d_2'"),
+        "{msg}"
+    );
     assert!(msg.contains("'softmaxx' (did you mean 'softmax'"), "{msg}");
 
     let e = err(SensitivityOptions {
         interested_nodes: Some(vec![vec!["conv2d".into(), "nothing_like_it_at_all".into()]]),
         ..SensitivityOptions::default()
     });
-    assert!(e.to_string().contains("unknown node 'nothing_like_it_at_all'"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("unknown node 'nothing_like_it_at_all'"),
+        "{e}"
+    );
 
     // softmax has no input calibration nodes; a calibration node is not a regular node.
     let cal = model.node_name(model.calibration_nodes()[0]).to_string();
@@ -427,15 +515,29 @@ fn argument_errors_are_typed_and_name_the_problem() {
         output_nodes: vec!["softmax".into(), cal.clone()],
         ..SensitivityOptions::default()
     });
-    assert!(matches!(e, SensitivityError::OutputNotQuantized(ref v) if v.len() == 2), "{e}");
-    assert!(e.to_string().contains("'softmax' (no input calibration nodes)"), "{e}");
-    assert!(e.to_string().contains(&format!("'{cal}' (a calibration node)")), "{e}");
+    assert!(
+        matches!(e, SensitivityError::OutputNotQuantized(ref v) if v.len() == 2),
+        "{e}"
+    );
+    assert!(
+        e.to_string()
+            .contains("'softmax' (no input calibration nodes)"),
+        "{e}"
+    );
+    assert!(
+        e.to_string()
+            .contains(&format!("'{cal}' (a calibration node)")),
+        "{e}"
+    );
 
     let e = err(SensitivityOptions {
         interested_nodes: Some(vec![vec!["softmax".into()]]),
         ..SensitivityOptions::default()
     });
-    assert!(matches!(e, SensitivityError::InterestedNotQuantized(_)), "{e}");
+    assert!(
+        matches!(e, SensitivityError::InterestedNotQuantized(_)),
+        "{e}"
+    );
 
     let e = err(SensitivityOptions {
         data_num: Some(9),
@@ -447,7 +549,10 @@ fn argument_errors_are_typed_and_name_the_problem() {
         data_num: Some(0),
         ..SensitivityOptions::default()
     });
-    assert!(matches!(e, SensitivityError::Engine(EngineError::ZeroDataNum)));
+    assert!(matches!(
+        e,
+        SensitivityError::Engine(EngineError::ZeroDataNum)
+    ));
 
     let e = err(SensitivityOptions {
         metrics: vec![],
@@ -460,15 +565,25 @@ fn argument_errors_are_typed_and_name_the_problem() {
         e.to_string(),
         "unknown metric 'cosine' (did you mean 'cosine-similarity'?); valid metrics are: cosine-similarity, mse, mre, sqnr, chebyshev"
     );
-    assert_eq!(parse_metrics(&["cosine-similarity", "SQNR"]).unwrap(), [Metric::CosineSimilarity, Metric::Sqnr]);
+    assert_eq!(
+        parse_metrics(&["cosine-similarity", "SQNR"]).unwrap(),
+        [Metric::CosineSimilarity, Metric::Sqnr]
+    );
     let e = "nodes".parse::<NodeType>().unwrap_err();
-    assert_eq!(e.to_string(), "unknown node type 'nodes' (did you mean 'node'?); valid node types are: node, weight, activation");
+    assert_eq!(
+        e.to_string(),
+        "unknown node type 'nodes' (did you mean 'node'?); valid node types are: node, weight, activation"
+    );
 
     // An uncalibrated model.
     let raw = hmct_ir::load_model(models_dir().unwrap().join("mtcnn_pnet/pnet.onnx")).unwrap();
     let raw_engine = Engine::new(raw, &data, &EngineOptions::default()).unwrap();
-    let e = get_sensitivity_of_nodes(&raw_engine, &SensitivityOptions::default(), &no_progress).unwrap_err();
-    assert_eq!(e.to_string(), "the model has no calibration (HzCalibration) nodes");
+    let e = get_sensitivity_of_nodes(&raw_engine, &SensitivityOptions::default(), &no_progress)
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "the model has no calibration (HzCalibration) nodes"
+    );
 }
 
 #[test]
@@ -482,7 +597,10 @@ fn tables_follow_the_seed_layouts() {
     for (node_type, header) in [
         (NodeType::Node, "node cosine-similarity mse"),
         (NodeType::Weight, "weight node cosine-similarity mse"),
-        (NodeType::Activation, "activation node threshold bit cosine-similarity mse"),
+        (
+            NodeType::Activation,
+            "activation node threshold bit cosine-similarity mse",
+        ),
     ] {
         let result = run(
             &engine,
@@ -496,14 +614,24 @@ fn tables_follow_the_seed_layouts() {
         let text = result.table().render();
         let lines: Vec<&str> = text.lines().collect();
         let width = lines[2].len();
-        assert!(lines[0].starts_with('=') && lines[0].contains("node sensitivity") && lines[0].len() == width);
-        assert_eq!(lines[1].split_whitespace().collect::<Vec<_>>().join(" "), header);
+        assert!(
+            lines[0].starts_with('=')
+                && lines[0].contains("node sensitivity")
+                && lines[0].len() == width
+        );
+        assert_eq!(
+            lines[1].split_whitespace().collect::<Vec<_>>().join(" "),
+            header
+        );
         assert_eq!(lines[2], "-".repeat(width));
         assert_eq!(lines.len(), 3 + result.entries.len());
         for (line, e) in lines[3..].iter().zip(&result.entries) {
             let cells: Vec<&str> = line.split_whitespace().collect();
             assert_eq!(cells[0], e.name);
-            assert_eq!(cells[cells.len() - 2], hmct_metrics::format_value(e.values.0[0].1));
+            assert_eq!(
+                cells[cells.len() - 2],
+                hmct_metrics::format_value(e.values.0[0].1)
+            );
             if node_type == NodeType::Activation {
                 assert_eq!(cells[1], e.node.as_deref().unwrap());
                 assert_eq!(cells[2], "4.0");

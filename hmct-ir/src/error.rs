@@ -9,10 +9,7 @@ use hmct_tensor::TensorError;
 #[derive(Debug, thiserror::Error)]
 pub enum IrError {
     #[error("{file}: {error}")]
-    Io {
-        file: String,
-        error: std::io::Error,
-    },
+    Io { file: String, error: std::io::Error },
     #[error("{file}: not an ONNX model, or a truncated one ({error})")]
     Decode {
         file: String,

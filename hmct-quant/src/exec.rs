@@ -203,7 +203,10 @@ impl Session {
             }
             if let Some(dims) = &info.dims {
                 let ok = dims.len() == t.shape().len()
-                    && dims.iter().zip(t.shape()).all(|(d, &s)| d.is_none_or(|d| d == s));
+                    && dims
+                        .iter()
+                        .zip(t.shape())
+                        .all(|(d, &s)| d.is_none_or(|d| d == s));
                 if !ok {
                     let want: Vec<String> = dims
                         .iter()
@@ -211,7 +214,11 @@ impl Session {
                         .collect();
                     return Err(RunError::Input {
                         name: info.name.clone(),
-                        message: format!("expected shape [{}], got {:?}", want.join(", "), t.shape()),
+                        message: format!(
+                            "expected shape [{}], got {:?}",
+                            want.join(", "),
+                            t.shape()
+                        ),
                     });
                 }
             }
@@ -229,14 +236,15 @@ impl Session {
     }
 
     /// Runs the model from its inputs and returns the graph outputs in order.
-    pub fn run(&self, inputs: &[(&str, Tensor)], config: &Config) -> Result<Vec<Arc<Tensor>>, RunError> {
+    pub fn run(
+        &self,
+        inputs: &[(&str, Tensor)],
+        config: &Config,
+    ) -> Result<Vec<Arc<Tensor>>, RunError> {
         let bound = self.bind_inputs(inputs)?;
         let wanted = self.plan.outputs().to_vec();
         let values = self.run_from(&bound, None, config, &wanted, Capture::Wanted)?;
-        wanted
-            .iter()
-            .map(|&s| self.value(&values, s))
-            .collect()
+        wanted.iter().map(|&s| self.value(&values, s)).collect()
     }
 
     /// The general entry point. `known` holds values already available: bound inputs,
@@ -253,7 +261,8 @@ impl Session {
         wanted: &[Slot],
         capture: Capture,
     ) -> Result<Values, RunError> {
-        self.pool.install(|| self.execute(known, base_config, config, wanted, capture))
+        self.pool
+            .install(|| self.execute(known, base_config, config, wanted, capture))
     }
 
     fn execute(
@@ -284,7 +293,8 @@ impl Session {
         }
 
         // Backward pass: which nodes must run to produce the wanted slots.
-        let available = |s: Slot| !dirty[s] && (plan.constants[s].is_some() || known.get(s).is_some());
+        let available =
+            |s: Slot| !dirty[s] && (plan.constants[s].is_some() || known.get(s).is_some());
         let mut run_node = vec![false; plan.nodes.len()];
         let mut visited = vec![false; n_values];
         let mut stack: Vec<Slot> = wanted.to_vec();
@@ -379,7 +389,11 @@ impl Session {
                     message,
                 };
                 if cal.is_weight {
-                    return Ok(vec![self.quantized_weight(*c, fq, &fetch(values, input_slot)?)?]);
+                    return Ok(vec![self.quantized_weight(
+                        *c,
+                        fq,
+                        &fetch(values, input_slot)?,
+                    )?]);
                 }
                 // Quantize in place when this node is the input's last reader and no
                 // one keeps it; otherwise on a copy.
@@ -392,11 +406,16 @@ impl Session {
                 let t = Arc::make_mut(&mut input);
                 let shape = t.shape().to_vec();
                 let dtype = t.dtype();
-                let data = t
-                    .as_f32_mut()
-                    .ok_or_else(|| calib_err(format!("input is {dtype}, only float tensors can be quantized")))?;
-                let slice = data.as_slice_mut().expect("tensors are kept in standard layout");
-                fq.apply_in_place(slice, &shape).map_err(|e| calib_err(e.to_string()))?;
+                let data = t.as_f32_mut().ok_or_else(|| {
+                    calib_err(format!(
+                        "input is {dtype}, only float tensors can be quantized"
+                    ))
+                })?;
+                let slice = data
+                    .as_slice_mut()
+                    .expect("tensors are kept in standard layout");
+                fq.apply_in_place(slice, &shape)
+                    .map_err(|e| calib_err(e.to_string()))?;
                 Ok(vec![input])
             }
             NodeOp::Kernel(kernel) => {
@@ -408,18 +427,33 @@ impl Session {
                 let refs: Vec<Option<&Tensor>> = inputs.iter().map(|t| t.as_deref()).collect();
                 let out = kernel.run(&refs).map_err(node_err)?;
                 if out.len() > node.outputs.len() {
-                    return Err(node_err(OpError::invalid("kernel returned too many outputs")));
+                    return Err(node_err(OpError::invalid(
+                        "kernel returned too many outputs",
+                    )));
                 }
-                Ok(out.into_iter().map(|t| Arc::new(t.into_standard_layout())).collect())
+                Ok(out
+                    .into_iter()
+                    .map(|t| Arc::new(t.into_standard_layout()))
+                    .collect())
             }
             NodeOp::If {
                 then_branch,
                 else_branch,
             } => {
-                let cond = fetch(values, node.inputs[0].ok_or_else(|| node_err(OpError::invalid("missing condition")))?)?;
+                let cond = fetch(
+                    values,
+                    node.inputs[0]
+                        .ok_or_else(|| node_err(OpError::invalid("missing condition")))?,
+                )?;
                 let c = match &*cond {
                     Tensor::Bool(a) if a.len() == 1 => a.iter().next().copied().unwrap_or(false),
-                    other => return Err(node_err(OpError::invalid(format!("condition must be one bool, got {} {:?}", other.dtype(), other.shape())))),
+                    other => {
+                        return Err(node_err(OpError::invalid(format!(
+                            "condition must be one bool, got {} {:?}",
+                            other.dtype(),
+                            other.shape()
+                        ))));
+                    }
                 };
                 let branch = if c { then_branch } else { else_branch };
                 // Outer values the branches read follow the condition, then-branch's first.
@@ -442,7 +476,12 @@ impl Session {
             .ok_or_else(|| RunError::Missing(self.plan.value_name(slot).to_string()))
     }
 
-    fn quantized_weight(&self, c: usize, fq: &FakeQuant, weight: &Arc<Tensor>) -> Result<Arc<Tensor>, RunError> {
+    fn quantized_weight(
+        &self,
+        c: usize,
+        fq: &FakeQuant,
+        weight: &Arc<Tensor>,
+    ) -> Result<Arc<Tensor>, RunError> {
         let cal = &self.plan.calibrations[c];
         if let Some(hit) = self
             .weight_cache
@@ -457,7 +496,10 @@ impl Session {
         let shape = t.shape().to_vec();
         let data = t.as_f32_mut().ok_or_else(|| RunError::Calibration {
             node: cal.name.clone(),
-            message: format!("weight is {}, only float tensors can be quantized", weight.dtype()),
+            message: format!(
+                "weight is {}, only float tensors can be quantized",
+                weight.dtype()
+            ),
         })?;
         fq.apply_in_place(data.as_slice_mut().expect("standard layout"), &shape)
             .map_err(|e| RunError::Calibration {
@@ -476,7 +518,10 @@ impl Session {
 }
 
 /// Runs a branch subgraph (no calibration nodes) on its bound inputs.
-fn run_subplan(plan: &Plan, inputs: Vec<(Slot, Arc<Tensor>)>) -> Result<Vec<Arc<Tensor>>, RunError> {
+fn run_subplan(
+    plan: &Plan,
+    inputs: Vec<(Slot, Arc<Tensor>)>,
+) -> Result<Vec<Arc<Tensor>>, RunError> {
     let mut values = Values {
         slots: vec![None; plan.num_values()],
     };
@@ -498,16 +543,26 @@ fn run_subplan(plan: &Plan, inputs: Vec<(Slot, Arc<Tensor>)>) -> Result<Vec<Arc<
         };
         let outs: Vec<Arc<Tensor>> = match &node.op {
             NodeOp::Kernel(k) => {
-                let inputs: Vec<Option<Arc<Tensor>>> =
-                    node.inputs.iter().map(|s| s.map(fetch).transpose()).collect::<Result<_, _>>()?;
+                let inputs: Vec<Option<Arc<Tensor>>> = node
+                    .inputs
+                    .iter()
+                    .map(|s| s.map(fetch).transpose())
+                    .collect::<Result<_, _>>()?;
                 let refs: Vec<Option<&Tensor>> = inputs.iter().map(|t| t.as_deref()).collect();
-                k.run(&refs).map_err(node_err)?.into_iter().map(|t| Arc::new(t.into_standard_layout())).collect()
+                k.run(&refs)
+                    .map_err(node_err)?
+                    .into_iter()
+                    .map(|t| Arc::new(t.into_standard_layout()))
+                    .collect()
             }
             NodeOp::If {
                 then_branch,
                 else_branch,
             } => {
-                let cond = fetch(node.inputs[0].ok_or_else(|| node_err(OpError::invalid("missing condition")))?)?;
+                let cond = fetch(
+                    node.inputs[0]
+                        .ok_or_else(|| node_err(OpError::invalid("missing condition")))?,
+                )?;
                 let c = match &*cond {
                     Tensor::Bool(a) if a.len() == 1 => a.iter().next().copied().unwrap_or(false),
                     _ => return Err(node_err(OpError::invalid("condition must be one bool"))),

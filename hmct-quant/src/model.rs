@@ -17,13 +17,14 @@ pub fn plan_model(model: &Model) -> Result<Plan, PlanError> {
         .iter()
         .map(|o| (normalize_domain(o.domain()).to_string(), o.version()))
         .collect();
-    let resolver = |id: usize, _node: &hmct_proto::onnx::NodeProto| -> Result<CalibrationSetting, String> {
-        let cal = model.calibration(id).ok_or("not a calibration node")?;
-        Ok(CalibrationSetting {
-            switch_on: cal.switch_on(),
-            fake_quant: fake_quant_for(model, &cal, None)?,
-        })
-    };
+    let resolver =
+        |id: usize, _node: &hmct_proto::onnx::NodeProto| -> Result<CalibrationSetting, String> {
+            let cal = model.calibration(id).ok_or("not a calibration node")?;
+            Ok(CalibrationSetting {
+                switch_on: cal.switch_on(),
+                fake_quant: fake_quant_for(model, &cal, None)?,
+            })
+        };
     let options = PlanOptions {
         opsets,
         base_dir: model.base_dir(),
@@ -40,13 +41,19 @@ fn to_kernel_qtype(q: &IrQType) -> Result<QType, String> {
         }),
         IrQType::Float16 => Ok(QType::Float16),
         IrQType::Float32 => Ok(QType::Float32),
-        IrQType::Unknown(s) => Err(format!("qtype '{s}' is not supported, so this node cannot run")),
+        IrQType::Unknown(s) => Err(format!(
+            "qtype '{s}' is not supported, so this node cannot run"
+        )),
     }
 }
 
 /// The fake quantization a calibration node performs, with its own qtype or with
 /// `qtype` instead (the same thresholds at another precision, e.g. int16).
-pub fn fake_quant_for(model: &Model, cal: &CalibrationNode, qtype: Option<&IrQType>) -> Result<FakeQuant, String> {
+pub fn fake_quant_for(
+    model: &Model,
+    cal: &CalibrationNode,
+    qtype: Option<&IrQType>,
+) -> Result<FakeQuant, String> {
     let file_qtype = cal.qtype();
     let target = qtype.unwrap_or(&file_qtype);
     let kernel_qtype = to_kernel_qtype(target)?;
@@ -74,25 +81,43 @@ pub fn fake_quant_for(model: &Model, cal: &CalibrationNode, qtype: Option<&IrQTy
     } else {
         None
     };
-    let take = |v: Vec<f32>| if per_channel { v } else { v.into_iter().take(1).collect() };
+    let take = |v: Vec<f32>| {
+        if per_channel {
+            v
+        } else {
+            v.into_iter().take(1).collect()
+        }
+    };
 
     if target == &file_qtype {
         // The file's own parameters: derived scales (authoritative `scales` when
         // `constant == 2`) and zero points.
         let scales = take(cal.scales());
         let zero_points: Vec<i32> = if cal.is_asymmetric() {
-            cal.zero_point().into_iter().take(scales.len()).map(|z| z as i32).collect()
+            cal.zero_point()
+                .into_iter()
+                .take(scales.len())
+                .map(|z| z as i32)
+                .collect()
         } else {
             Vec::new()
         };
-        return FakeQuant::from_scales(kernel_qtype, scales, zero_points, axis).map_err(|e| e.to_string());
+        return FakeQuant::from_scales(kernel_qtype, scales, zero_points, axis)
+            .map_err(|e| e.to_string());
     }
     // Another precision: keep the float range, re-derive the scales.
     let mut thresholds = cal.thresholds();
     if thresholds.is_empty() || cal.constant() == 2 {
-        let qmax = file_qtype.qrange().map(|(_, hi)| hi as f32).ok_or("no thresholds and no integer range to derive them from")?;
+        let qmax = file_qtype
+            .qrange()
+            .map(|(_, hi)| hi as f32)
+            .ok_or("no thresholds and no integer range to derive them from")?;
         thresholds = cal.scales().iter().map(|s| s * qmax).collect();
     }
-    let thresholds = if cal.is_asymmetric() && !per_channel { thresholds } else { take(thresholds) };
+    let thresholds = if cal.is_asymmetric() && !per_channel {
+        thresholds
+    } else {
+        take(thresholds)
+    };
     FakeQuant::from_thresholds(kernel_qtype, &thresholds, axis).map_err(|e| e.to_string())
 }

@@ -24,7 +24,8 @@ pub struct CalibrationSetting {
 
 /// Tells the planner how each `HzCalibration` node of the top-level graph quantizes.
 /// Called with the node's index in `graph.node` (the hmct-ir `NodeId`).
-pub type CalibrationResolver<'a> = dyn Fn(usize, &NodeProto) -> Result<CalibrationSetting, String> + 'a;
+pub type CalibrationResolver<'a> =
+    dyn Fn(usize, &NodeProto) -> Result<CalibrationSetting, String> + 'a;
 
 /// Errors while building a plan. Each names the node (or value) and what is wrong.
 #[derive(Debug, thiserror::Error)]
@@ -42,7 +43,11 @@ pub enum PlanError {
     #[error("node '{node}' reads '{value}', which no node, initializer or graph input produces")]
     Dangling { node: String, value: String },
     #[error("value '{value}' is produced twice (by '{first}' and '{second}')")]
-    DuplicateOutput { value: String, first: String, second: String },
+    DuplicateOutput {
+        value: String,
+        first: String,
+        second: String,
+    },
     #[error("graph output '{0}' is never produced")]
     MissingOutput(String),
     #[error("initializer '{name}': {message}")]
@@ -132,7 +137,11 @@ impl Plan {
         Self::build_inner(graph, options, false)
     }
 
-    fn build_inner(graph: &GraphProto, options: &PlanOptions, is_subgraph: bool) -> Result<Plan, PlanError> {
+    fn build_inner(
+        graph: &GraphProto,
+        options: &PlanOptions,
+        is_subgraph: bool,
+    ) -> Result<Plan, PlanError> {
         let mut plan = Plan {
             value_names: Vec::new(),
             value_index: HashMap::new(),
@@ -146,10 +155,11 @@ impl Plan {
         };
 
         for init in &graph.initializer {
-            let t = tensor_from_proto(init, options.base_dir).map_err(|e| PlanError::Initializer {
-                name: init.name().to_string(),
-                message: e.to_string(),
-            })?;
+            let t =
+                tensor_from_proto(init, options.base_dir).map_err(|e| PlanError::Initializer {
+                    name: init.name().to_string(),
+                    message: e.to_string(),
+                })?;
             let s = plan.slot(init.name());
             plan.constants[s] = Some(Arc::new(t));
         }
@@ -164,7 +174,11 @@ impl Plan {
         let std_opset = options.opsets.get("").copied().unwrap_or(21);
         for (graph_index, node) in graph.node.iter().enumerate() {
             let domain = normalize_domain(node.domain());
-            let opset = options.opsets.get(domain).copied().unwrap_or(if domain.is_empty() { std_opset } else { 1 });
+            let opset = options
+                .opsets
+                .get(domain)
+                .copied()
+                .unwrap_or(if domain.is_empty() { std_opset } else { 1 });
             let mut inputs = Vec::with_capacity(node.input.len());
             for name in &node.input {
                 if name.is_empty() {
@@ -172,7 +186,11 @@ impl Plan {
                     continue;
                 }
                 match plan.value_index.get(name.as_str()) {
-                    Some(&s) if plan.constants[s].is_some() || plan.producer[s].is_some() || plan.is_input(s) => {
+                    Some(&s)
+                        if plan.constants[s].is_some()
+                            || plan.producer[s].is_some()
+                            || plan.is_input(s) =>
+                    {
                         inputs.push(Some(s))
                     }
                     _ if is_subgraph => {
@@ -187,7 +205,10 @@ impl Plan {
                         inputs.push(Some(s));
                     }
                     _ => {
-                        if graph.node[graph_index + 1..].iter().any(|n| n.output.contains(name)) {
+                        if graph.node[graph_index + 1..]
+                            .iter()
+                            .any(|n| n.output.contains(name))
+                        {
                             return Err(PlanError::NotTopological(node.name().to_string()));
                         }
                         return Err(PlanError::Dangling {
@@ -239,12 +260,14 @@ impl Plan {
                         });
                     }
                 };
-                let file = resolver(graph_index, node).map_err(|message| PlanError::Calibration {
-                    node: node.name().to_string(),
-                    message,
-                })?;
+                let file =
+                    resolver(graph_index, node).map_err(|message| PlanError::Calibration {
+                        node: node.name().to_string(),
+                        message,
+                    })?;
                 let index = plan.calibrations.len();
-                plan.calibration_index.insert(node.name().to_string(), index);
+                plan.calibration_index
+                    .insert(node.name().to_string(), index);
                 plan.calibrations.push(PlanCalibration {
                     name: node.name().to_string(),
                     node: plan.nodes.len(),
@@ -258,10 +281,9 @@ impl Plan {
             } else if node.op_type() == "If" && domain.is_empty() {
                 let attrs = Attrs::new(&node.attribute);
                 let branch = |name: &str| -> Result<Box<Plan>, PlanError> {
-                    let g = attrs
-                        .graph(name)
-                        .map_err(node_err)?
-                        .ok_or_else(|| node_err(OpError::invalid(format!("missing attribute '{name}'"))))?;
+                    let g = attrs.graph(name).map_err(node_err)?.ok_or_else(|| {
+                        node_err(OpError::invalid(format!("missing attribute '{name}'")))
+                    })?;
                     let sub_options = PlanOptions {
                         opsets: options.opsets.clone(),
                         base_dir: options.base_dir,
@@ -319,7 +341,10 @@ impl Plan {
                 };
                 let kernel = ops::build_kernel(&spec).map_err(node_err)?;
                 // Fold: every input constant (and at least one input, or a Constant node).
-                let all_const = consts.iter().zip(&inputs).all(|(c, s)| s.is_none() || c.is_some());
+                let all_const = consts
+                    .iter()
+                    .zip(&inputs)
+                    .all(|(c, s)| s.is_none() || c.is_some());
                 if all_const && is_foldable(node.op_type()) {
                     let results = kernel.run(&consts).map_err(node_err)?;
                     for (i, s) in outputs.iter().enumerate() {
@@ -400,7 +425,10 @@ impl Plan {
 
     /// Names of the graph outputs in order.
     pub fn output_names(&self) -> Vec<&str> {
-        self.outputs.iter().map(|&s| self.value_names[s].as_str()).collect()
+        self.outputs
+            .iter()
+            .map(|&s| self.value_names[s].as_str())
+            .collect()
     }
 
     /// The slot of a named value.
@@ -455,7 +483,10 @@ impl Plan {
 
 /// Ops whose outputs depend only on their inputs, so constant inputs can be folded.
 fn is_foldable(op_type: &str) -> bool {
-    !matches!(op_type, "RandomNormal" | "RandomUniform" | "RandomNormalLike" | "RandomUniformLike" | "Multinomial")
+    !matches!(
+        op_type,
+        "RandomNormal" | "RandomUniform" | "RandomNormalLike" | "RandomUniformLike" | "Multinomial"
+    )
 }
 
 fn input_info(vi: &ValueInfoProto, slot: Slot) -> InputInfo {

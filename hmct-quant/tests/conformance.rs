@@ -76,7 +76,11 @@ fn run_case(dir: &Path, tol: &Tolerance) -> Outcome {
         .map(|rd| {
             rd.flatten()
                 .map(|e| e.path())
-                .filter(|p| p.is_dir() && p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("test_data_set")))
+                .filter(|p| {
+                    p.is_dir()
+                        && p.file_name()
+                            .is_some_and(|n| n.to_string_lossy().starts_with("test_data_set"))
+                })
                 .collect()
         })
         .unwrap_or_default();
@@ -91,12 +95,15 @@ fn run_case(dir: &Path, tol: &Tolerance) -> Outcome {
                 return Ok(None);
             }
             let b = std::fs::read(&p).map_err(|e| e.to_string())?;
-            let tp = TensorProto::decode(b.as_slice()).map_err(|e| format!("{}: {e}", p.display()))?;
+            let tp =
+                TensorProto::decode(b.as_slice()).map_err(|e| format!("{}: {e}", p.display()))?;
             if tp.data_type.is_none() && tp.dims.is_empty() {
                 // Sequences, maps and optionals decode as empty tensors.
                 return Err("non-tensor value".into());
             }
-            tensor_from_proto(&tp, None).map(Some).map_err(|e| e.to_string())
+            tensor_from_proto(&tp, None)
+                .map(Some)
+                .map_err(|e| e.to_string())
         };
         let inputs_info = session.plan().inputs().to_vec();
         let mut inputs = Vec::new();
@@ -133,13 +140,25 @@ fn run_case(dir: &Path, tol: &Tolerance) -> Outcome {
 
 fn compare(got: &Tensor, want: &Tensor, tol: &Tolerance) -> Result<(), String> {
     if got.dtype() != want.dtype() {
-        return Err(format!("dtype {} != expected {}", got.dtype(), want.dtype()));
+        return Err(format!(
+            "dtype {} != expected {}",
+            got.dtype(),
+            want.dtype()
+        ));
     }
     if got.shape() != want.shape() {
-        return Err(format!("shape {:?} != expected {:?}", got.shape(), want.shape()));
+        return Err(format!(
+            "shape {:?} != expected {:?}",
+            got.shape(),
+            want.shape()
+        ));
     }
     if let (Tensor::String(a), Tensor::String(b)) = (got, want) {
-        return if a == b { Ok(()) } else { Err("strings differ".into()) };
+        return if a == b {
+            Ok(())
+        } else {
+            Err("strings differ".into())
+        };
     }
     let a = got.to_f64_vec().ok_or("not numeric")?;
     let b = want.to_f64_vec().ok_or("not numeric")?;
@@ -164,12 +183,30 @@ fn compare(got: &Tensor, want: &Tensor, tol: &Tolerance) -> Result<(), String> {
 /// Cases that fail for a known reason, each with the reason. Anything else failing
 /// fails the test.
 const KNOWN_FAILURES: &[(&str, &str)] = &[
-    ("node/test_attention_3d_causal_bf16_expanded", "bf16 intermediates: one bf16 ulp off the reference"),
-    ("node/test_attention_4d_attn_mask_causal_bf16_expanded", "bf16 intermediates: one bf16 ulp off the reference"),
-    ("node/test_attention_4d_causal_bf16_expanded", "bf16 intermediates: one bf16 ulp off the reference"),
-    ("node/test_attention_4d_causal_fp16_expanded", "fp16 intermediates: one fp16 ulp off the reference"),
-    ("node/test_attention_4d_causal_padded_kv_bf16_expanded", "bf16 intermediates: one bf16 ulp off the reference"),
-    ("node/test_attention_4d_padded_kv_bf16_expanded", "bf16 intermediates: one bf16 ulp off the reference"),
+    (
+        "node/test_attention_3d_causal_bf16_expanded",
+        "bf16 intermediates: one bf16 ulp off the reference",
+    ),
+    (
+        "node/test_attention_4d_attn_mask_causal_bf16_expanded",
+        "bf16 intermediates: one bf16 ulp off the reference",
+    ),
+    (
+        "node/test_attention_4d_causal_bf16_expanded",
+        "bf16 intermediates: one bf16 ulp off the reference",
+    ),
+    (
+        "node/test_attention_4d_causal_fp16_expanded",
+        "fp16 intermediates: one fp16 ulp off the reference",
+    ),
+    (
+        "node/test_attention_4d_causal_padded_kv_bf16_expanded",
+        "bf16 intermediates: one bf16 ulp off the reference",
+    ),
+    (
+        "node/test_attention_4d_padded_kv_bf16_expanded",
+        "bf16 intermediates: one bf16 ulp off the reference",
+    ),
 ];
 
 #[test]
@@ -179,7 +216,8 @@ fn onnx_conformance_cases() {
         return;
     };
     let summary: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(root.join("summary.json")).expect("summary.json")).expect("json");
+        serde_json::from_slice(&std::fs::read(root.join("summary.json")).expect("summary.json"))
+            .expect("json");
     let model_cases: Vec<String> = std::fs::read_to_string(root.join("model_op_cases.txt"))
         .unwrap_or_default()
         .lines()
@@ -187,16 +225,22 @@ fn onnx_conformance_cases() {
         .filter(|l| !l.is_empty())
         .collect();
     let baseline: HashMap<String, String> =
-        serde_json::from_slice(&std::fs::read(root.join("ort_baseline.json")).unwrap_or_default()).unwrap_or_default();
+        serde_json::from_slice(&std::fs::read(root.join("ort_baseline.json")).unwrap_or_default())
+            .unwrap_or_default();
     let filter = std::env::var("HMCT_CASES").ok();
     let verbose = std::env::var("HMCT_CONFORMANCE_VERBOSE").is_ok();
 
     let mut cases: Vec<(String, PathBuf)> = Vec::new();
     for group in ["node", "pytorch-converted", "pytorch-operator", "simple"] {
-        let Ok(rd) = std::fs::read_dir(root.join(group)) else { continue };
+        let Ok(rd) = std::fs::read_dir(root.join(group)) else {
+            continue;
+        };
         for e in rd.flatten() {
             if e.path().join("model.onnx").exists() {
-                cases.push((format!("{group}/{}", e.file_name().to_string_lossy()), e.path()));
+                cases.push((
+                    format!("{group}/{}", e.file_name().to_string_lossy()),
+                    e.path(),
+                ));
             }
         }
     }
@@ -263,6 +307,12 @@ fn onnx_conformance_cases() {
             eprintln!("  missed model-op case: {n}");
         }
     }
-    let unexpected: Vec<&String> = failed.keys().filter(|n| !KNOWN_FAILURES.iter().any(|(k, _)| k == n)).collect();
-    assert!(unexpected.is_empty(), "conformance cases fail (listed above): {unexpected:?}");
+    let unexpected: Vec<&String> = failed
+        .keys()
+        .filter(|n| !KNOWN_FAILURES.iter().any(|(k, _)| k == n))
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "conformance cases fail (listed above): {unexpected:?}"
+    );
 }

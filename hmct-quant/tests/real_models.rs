@@ -46,7 +46,12 @@ fn real_models_match_onnxruntime() {
         eprintln!("skipped: ../shared/models not found");
         return;
     };
-    let mut names: Vec<PathBuf> = std::fs::read_dir(&root).unwrap().flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
     names.sort();
     let mut worst_failures = Vec::new();
     for dir in names {
@@ -54,23 +59,40 @@ fn real_models_match_onnxruntime() {
         let plan = plan_model(&model).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         let session = Session::new(plan, 0).unwrap();
         let data = Dataset::open(&dir.join("calibration_data"), &input_specs(&session)).unwrap();
-        let output_names: Vec<String> = session.plan().output_names().iter().map(|s| s.to_string()).collect();
+        let output_names: Vec<String> = session
+            .plan()
+            .output_names()
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         // How far onnxruntime's own optimised run drifts from its reference: a floor
         // for any tolerance (matters where an output is all but zero).
-        let manifest: serde_json::Value = std::fs::read(dir.join("reference_outputs/manifest.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or_default();
+        let manifest: serde_json::Value =
+            std::fs::read(dir.join("reference_outputs/manifest.json"))
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .unwrap_or_default();
         for sample in 0..data.len() {
             let inputs = data.sample(sample).unwrap();
-            let refs: Vec<(&str, Tensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+            let refs: Vec<(&str, Tensor)> = inputs
+                .iter()
+                .map(|(n, t)| (n.as_str(), t.clone()))
+                .collect();
             let outputs = session.run(&refs, &Config::float()).unwrap();
             for (name, got) in output_names.iter().zip(&outputs) {
-                let want = read_npy(&dir.join("reference_outputs").join(sanitize_name(name)).join(format!("{sample}.npy"))).unwrap();
+                let want = read_npy(
+                    &dir.join("reference_outputs")
+                        .join(sanitize_name(name))
+                        .join(format!("{sample}.npy")),
+                )
+                .unwrap();
                 let (g, w) = (got.as_f32().unwrap(), want.as_f32().unwrap());
                 assert_eq!(g.shape(), w.shape(), "{} output {name}", dir.display());
                 let scale = w.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
-                let max_abs = g.iter().zip(w.iter()).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+                let max_abs = g
+                    .iter()
+                    .zip(w.iter())
+                    .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
                 if sample == 0 {
                     eprintln!(
                         "{:<24} {name:<28} max abs err {max_abs:.3e}, relative to output scale {:.3e}",
@@ -78,9 +100,14 @@ fn real_models_match_onnxruntime() {
                         max_abs / scale
                     );
                 }
-                let floor = manifest["outputs"][name]["max_abs_diff_vs_ORT_ENABLE_ALL"].as_f64().unwrap_or(0.0) as f32;
+                let floor = manifest["outputs"][name]["max_abs_diff_vs_ORT_ENABLE_ALL"]
+                    .as_f64()
+                    .unwrap_or(0.0) as f32;
                 if max_abs > (1e-4 * scale).max(floor) {
-                    worst_failures.push(format!("{} {name} sample {sample}: {max_abs:e} (scale {scale})", dir.display()));
+                    worst_failures.push(format!(
+                        "{} {name} sample {sample}: {max_abs:e} (scale {scale})",
+                        dir.display()
+                    ));
                 }
             }
         }
@@ -100,40 +127,72 @@ fn incremental_equals_full_and_threads_do_not_matter() {
     let plan = plan_model(&model).unwrap();
     let one = Session::new(plan_model(&model).unwrap(), 1).unwrap();
     let session = Session::new(plan, 2).unwrap();
-    let data = Dataset::open(&root.join("mtcnn_pnet/calibration_data"), &input_specs(&session)).unwrap();
+    let data = Dataset::open(
+        &root.join("mtcnn_pnet/calibration_data"),
+        &input_specs(&session),
+    )
+    .unwrap();
     let inputs = data.sample(0).unwrap();
-    let refs: Vec<(&str, Tensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+    let refs: Vec<(&str, Tensor)> = inputs
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.clone()))
+        .collect();
     let bound = session.bind_inputs(&refs).unwrap();
     let outputs = session.plan().outputs().to_vec();
     let n_cal = session.plan().calibrations().len();
     assert!(n_cal >= 4, "the test model has calibration nodes");
 
-    let float = session.run_from(&bound, None, &Config::float(), &outputs, Capture::All).unwrap();
-    let calibrated = session.run_from(&bound, None, &Config::calibrated(), &outputs, Capture::All).unwrap();
+    let float = session
+        .run_from(&bound, None, &Config::float(), &outputs, Capture::All)
+        .unwrap();
+    let calibrated = session
+        .run_from(&bound, None, &Config::calibrated(), &outputs, Capture::All)
+        .unwrap();
 
     let mut configs = Vec::new();
     for c in 0..n_cal {
         configs.push((Config::float(), Config::float().with(c, Override::On)));
-        configs.push((Config::calibrated(), Config::calibrated().with(c, Override::Off)));
+        configs.push((
+            Config::calibrated(),
+            Config::calibrated().with(c, Override::Off),
+        ));
     }
-    configs.push((Config::float(), Config::float().with(0, Override::On).with(n_cal - 1, Override::On)));
+    configs.push((
+        Config::float(),
+        Config::float()
+            .with(0, Override::On)
+            .with(n_cal - 1, Override::On),
+    ));
     configs.push((Config::float(), Config::calibrated()));
 
     let full_out = |s: &Session, cfg: &Config| -> Vec<Arc<Tensor>> { s.run(&refs, cfg).unwrap() };
     let mut differs_from_float = 0;
     for (base_cfg, cfg) in &configs {
-        let base = if base_cfg.base == hmct_quant::Base::Float { &float } else { &calibrated };
-        let inc = session.run_from(base, Some(base_cfg), cfg, &outputs, Capture::Wanted).unwrap();
+        let base = if base_cfg.base == hmct_quant::Base::Float {
+            &float
+        } else {
+            &calibrated
+        };
+        let inc = session
+            .run_from(base, Some(base_cfg), cfg, &outputs, Capture::Wanted)
+            .unwrap();
         let full = full_out(&session, cfg);
         let serial = full_out(&one, cfg);
         for (k, &s) in outputs.iter().enumerate() {
             let a = session.value(&inc, s).unwrap();
             assert_eq!(bits(&a), bits(&full[k]), "incremental vs full, output {k}");
-            assert_eq!(bits(&serial[k]), bits(&full[k]), "1 vs 2 threads, output {k}");
+            assert_eq!(
+                bits(&serial[k]),
+                bits(&full[k]),
+                "1 vs 2 threads, output {k}"
+            );
             if bits(&a) != bits(&session.value(&float, s).unwrap()) {
                 differs_from_float += 1;
             }
         }
     }
-    assert!(differs_from_float > configs.len() / 2, "quantization must change outputs");
+    assert!(
+        differs_from_float > configs.len() / 2,
+        "quantization must change outputs"
+    );
 }

@@ -38,11 +38,15 @@ impl Dataset {
             return Err(TensorError::invalid(&ctx, "data folder not found"));
         }
         if inputs.is_empty() {
-            return Err(TensorError::invalid(&ctx, "the model has no inputs to feed"));
+            return Err(TensorError::invalid(
+                &ctx,
+                "the model has no inputs to feed",
+            ));
         }
         let direct = npy_files(dir)?;
         let mut files = Vec::new();
-        if inputs.len() == 1 && !direct.is_empty() && find_input_dir(dir, &inputs[0].name).is_none() {
+        if inputs.len() == 1 && !direct.is_empty() && find_input_dir(dir, &inputs[0].name).is_none()
+        {
             files.push(direct);
         } else {
             for input in inputs {
@@ -60,21 +64,38 @@ impl Dataset {
                         format!(
                             "no sub-folder for model input '{}' (found: {})",
                             input.name,
-                            if present.is_empty() { "none".to_string() } else { present.join(", ") }
+                            if present.is_empty() {
+                                "none".to_string()
+                            } else {
+                                present.join(", ")
+                            }
                         ),
                     )
                 })?;
                 let f = npy_files(&sub)?;
                 if f.is_empty() {
-                    return Err(TensorError::invalid(sub.display().to_string(), "no .npy samples"));
+                    return Err(TensorError::invalid(
+                        sub.display().to_string(),
+                        "no .npy samples",
+                    ));
                 }
                 files.push(f);
             }
         }
         let counts: Vec<usize> = files.iter().map(Vec::len).collect();
         if counts.iter().any(|&c| c != counts[0]) {
-            let detail: Vec<String> = inputs.iter().zip(&counts).map(|(i, c)| format!("'{}': {c}", i.name)).collect();
-            return Err(TensorError::invalid(&ctx, format!("inputs have different sample counts ({})", detail.join(", "))));
+            let detail: Vec<String> = inputs
+                .iter()
+                .zip(&counts)
+                .map(|(i, c)| format!("'{}': {c}", i.name))
+                .collect();
+            return Err(TensorError::invalid(
+                &ctx,
+                format!(
+                    "inputs have different sample counts ({})",
+                    detail.join(", ")
+                ),
+            ));
         }
         if counts[0] == 0 {
             return Err(TensorError::invalid(&ctx, "no .npy samples"));
@@ -119,13 +140,24 @@ fn check(spec: &InputSpec, t: &Tensor, path: &Path) -> Result<(), TensorError> {
     {
         return Err(TensorError::invalid(
             ctx,
-            format!("dtype {} does not match model input '{}' ({dt})", t.dtype(), spec.name),
+            format!(
+                "dtype {} does not match model input '{}' ({dt})",
+                t.dtype(),
+                spec.name
+            ),
         ));
     }
     if let Some(dims) = &spec.dims {
-        let ok = dims.len() == t.shape().len() && dims.iter().zip(t.shape()).all(|(d, &s)| d.is_none_or(|d| d == s));
+        let ok = dims.len() == t.shape().len()
+            && dims
+                .iter()
+                .zip(t.shape())
+                .all(|(d, &s)| d.is_none_or(|d| d == s));
         if !ok {
-            let want: Vec<String> = dims.iter().map(|d| d.map_or("?".into(), |d| d.to_string())).collect();
+            let want: Vec<String> = dims
+                .iter()
+                .map(|d| d.map_or("?".into(), |d| d.to_string()))
+                .collect();
             return Err(TensorError::invalid(
                 ctx,
                 format!(
@@ -161,7 +193,10 @@ fn npy_files(dir: &Path) -> Result<Vec<PathBuf>, TensorError> {
         .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "npy"))
         .collect();
     files.sort_by_key(|p| {
-        let stem = p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let stem = p
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let digits: String = stem.chars().filter(|c| c.is_ascii_digit()).collect();
         (digits.parse::<u128>().ok(), stem)
     });
@@ -187,22 +222,34 @@ mod tests {
         let sub = d.path().join("input_1");
         std::fs::create_dir(&sub).unwrap();
         for i in [10, 2, 0, 1] {
-            write_npy(&sub.join(format!("{i}.npy")), &Tensor::from_f32(&[1, 2], vec![i as f32, 0.]).unwrap()).unwrap();
+            write_npy(
+                &sub.join(format!("{i}.npy")),
+                &Tensor::from_f32(&[1, 2], vec![i as f32, 0.]).unwrap(),
+            )
+            .unwrap();
         }
         let ds = Dataset::open(d.path(), &[spec("input:1")]).unwrap();
         assert_eq!(ds.len(), 4);
-        let firsts: Vec<f32> = (0..4).map(|i| ds.sample(i).unwrap()[0].1.as_f32().unwrap()[[0, 0]]).collect();
+        let firsts: Vec<f32> = (0..4)
+            .map(|i| ds.sample(i).unwrap()[0].1.as_f32().unwrap()[[0, 0]])
+            .collect();
         assert_eq!(firsts, vec![0., 1., 2., 10.]);
     }
 
     #[test]
     fn mismatches_name_the_file() {
         let d = tempfile::tempdir().unwrap();
-        write_npy(&d.path().join("0.npy"), &Tensor::from_f32(&[1, 3], vec![0.; 3]).unwrap()).unwrap();
+        write_npy(
+            &d.path().join("0.npy"),
+            &Tensor::from_f32(&[1, 3], vec![0.; 3]).unwrap(),
+        )
+        .unwrap();
         let ds = Dataset::open(d.path(), &[spec("x")]).unwrap();
         let e = ds.sample(0).unwrap_err().to_string();
         assert!(e.contains("0.npy") && e.contains("shape"), "{e}");
-        let e = Dataset::open(d.path(), &[spec("a"), spec("b")]).unwrap_err().to_string();
+        let e = Dataset::open(d.path(), &[spec("a"), spec("b")])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no sub-folder for model input 'a'"), "{e}");
     }
 }

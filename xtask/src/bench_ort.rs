@@ -51,15 +51,25 @@ fn venv_python(root: &Path) -> Result<PathBuf> {
     let venv = root.join("target/ort-venv");
     let python = venv.join("bin/python");
     let stamp = venv.join("pinned.txt");
-    if python.exists() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(&PINNED.join("\n")) {
+    if python.exists()
+        && std::fs::read_to_string(&stamp).ok().as_deref() == Some(&PINNED.join("\n"))
+    {
         return Ok(python);
     }
     eprintln!("creating {} with {}", venv.display(), PINNED.join(" "));
-    let ok = Command::new("python3").args(["-m", "venv"]).arg(&venv).status()?.success();
+    let ok = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status()?
+        .success();
     if !ok {
         bail!("python3 -m venv failed");
     }
-    let ok = Command::new(&python).args(["-m", "pip", "install", "-q"]).args(PINNED).status()?.success();
+    let ok = Command::new(&python)
+        .args(["-m", "pip", "install", "-q"])
+        .args(PINNED)
+        .status()?
+        .success();
     if !ok {
         bail!("pip install {} failed", PINNED.join(" "));
     }
@@ -74,7 +84,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 pub fn run(root: &Path, opts: &Options) -> Result<()> {
     let python = venv_python(root)?;
-    println!("{:<28} {:>7} {:>12} {:>12} {:>12}", "model", "threads", "ours ms", "ort ms", "ours/ort");
+    println!(
+        "{:<28} {:>7} {:>12} {:>12} {:>12}",
+        "model", "threads", "ours ms", "ort ms", "ours/ort"
+    );
     for model_path in &opts.models {
         let dir = model_path.parent().context("model path has no folder")?;
         let data_dir = dir.join("calibration_data");
@@ -92,7 +105,10 @@ pub fn run(root: &Path, opts: &Options) -> Result<()> {
                 })
                 .collect();
             let sample = Dataset::open(&data_dir, &specs)?.sample(0)?;
-            let inputs: Vec<(&str, Tensor)> = sample.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+            let inputs: Vec<(&str, Tensor)> = sample
+                .iter()
+                .map(|(n, t)| (n.as_str(), t.clone()))
+                .collect();
             // The float model: the same graph onnxruntime runs.
             let config = Config::float();
             session.run(&inputs, &config)?;
@@ -127,7 +143,9 @@ pub fn run(root: &Path, opts: &Options) -> Result<()> {
             let (a, b) = (median(ours), median(theirs));
             println!(
                 "{:<28} {:>7} {:>12.3} {:>12.3} {:>12.2}",
-                dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+                dir.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
                 threads,
                 a * 1e3,
                 b * 1e3,

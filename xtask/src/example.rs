@@ -110,8 +110,14 @@ fn build(dir: &Path) -> Result<()> {
     for i in 0..SAMPLES {
         let img = image_for(i);
         let path = dir.join("images").join(format!("{i}.png"));
-        image::save_buffer(&path, &img, SIZE as u32, SIZE as u32, image::ColorType::Rgb8)
-            .with_context(|| path.display().to_string())?;
+        image::save_buffer(
+            &path,
+            &img,
+            SIZE as u32,
+            SIZE as u32,
+            image::ColorType::Rgb8,
+        )
+        .with_context(|| path.display().to_string())?;
     }
     debugger(
         dir,
@@ -290,7 +296,11 @@ impl Builder {
         loud: &[usize],
     ) -> String {
         let (w, b) = conv_weight(&mut self.rng, cout, cin / group, k, loud);
-        let (wn, bn, out) = (format!("{name}.weight"), format!("{name}.bias"), format!("{name}_out"));
+        let (wn, bn, out) = (
+            format!("{name}.weight"),
+            format!("{name}.bias"),
+            format!("{name}_out"),
+        );
         self.inits.push(tensor(&wn, &[cout, cin / group, k, k], w));
         self.inits.push(tensor(&bn, &[cout], b));
         let pad = (k / 2) as i64;
@@ -338,7 +348,9 @@ pub fn tiny_cnn() -> ModelProto {
     let w: Vec<f32> = (0..CLASSES * 64)
         .map(|_| (g.rng.normal() / 8.0) as f32)
         .collect();
-    let b: Vec<f32> = (0..CLASSES).map(|_| (0.1 * g.rng.normal()) as f32).collect();
+    let b: Vec<f32> = (0..CLASSES)
+        .map(|_| (0.1 * g.rng.normal()) as f32)
+        .collect();
     g.inits.push(tensor("fc.weight", &[CLASSES, 64], w));
     g.inits.push(tensor("fc.bias", &[CLASSES], b));
     let mut fc = node("fc", "Gemm", &[&x, "fc.weight", "fc.bias"], &["logits"]);
@@ -383,7 +395,12 @@ fn image_for(i: usize) -> Vec<u8> {
     let rects: Vec<[f64; 4]> = (0..4)
         .map(|_| {
             let (x, y) = (rng.uniform() * s, rng.uniform() * s);
-            [x, y, x + 4.0 + rng.uniform() * 12.0, y + 4.0 + rng.uniform() * 12.0]
+            [
+                x,
+                y,
+                x + 4.0 + rng.uniform() * 12.0,
+                y + 4.0 + rng.uniform() * 12.0,
+            ]
         })
         .collect();
     let mut out = Vec::with_capacity(SIZE * SIZE * 3);
@@ -405,14 +422,12 @@ fn image_for(i: usize) -> Vec<u8> {
                     f64::from(u8::from(r < 0.25))
                 }
                 6 => {
-                    let inside = rects
-                        .iter()
-                        .any(|r| (r[0]..r[2]).contains(&(x as f64)) && (r[1]..r[3]).contains(&(y as f64)));
+                    let inside = rects.iter().any(|r| {
+                        (r[0]..r[2]).contains(&(x as f64)) && (r[1]..r[3]).contains(&(y as f64))
+                    });
                     f64::from(u8::from(inside))
                 }
-                _ => {
-                    0.5 + 0.25 * (fx * 9.0 + phase).sin() + 0.25 * (fy * 7.0 - phase).cos()
-                }
+                _ => 0.5 + 0.25 * (fx * 9.0 + phase).sin() + 0.25 * (fy * 7.0 - phase).cos(),
             };
             for ch in 0..3 {
                 let v = c1[ch] * (1.0 - t) + c2[ch] * t;

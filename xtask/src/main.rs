@@ -33,7 +33,10 @@ enum Task {
 }
 
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask sits in the repository").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask sits in the repository")
+        .to_path_buf()
 }
 
 fn shared_models(root: &Path) -> Result<Vec<PathBuf>> {
@@ -56,9 +59,24 @@ fn main() -> Result<()> {
     let root = repo_root();
     match Cli::parse().task {
         Task::Example(args) => example::run(&args),
-        Task::BenchOrt { models, runs, threads } => {
-            let models = if models.is_empty() { shared_models(&root)? } else { models };
-            bench_ort::run(&root, &bench_ort::Options { models, runs, threads })
+        Task::BenchOrt {
+            models,
+            runs,
+            threads,
+        } => {
+            let models = if models.is_empty() {
+                shared_models(&root)?
+            } else {
+                models
+            };
+            bench_ort::run(
+                &root,
+                &bench_ort::Options {
+                    models,
+                    runs,
+                    threads,
+                },
+            )
         }
     }
 }

@@ -254,7 +254,10 @@ mod tests {
                 })
                 .sum();
             let exact = rounding_integral(a, b, s);
-            assert!((exact - numeric).abs() < 1e-9, "[{a}, {b}]: {exact} vs {numeric}");
+            assert!(
+                (exact - numeric).abs() < 1e-9,
+                "[{a}, {b}]: {exact} vs {numeric}"
+            );
         }
     }
 

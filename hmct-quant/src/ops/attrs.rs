@@ -30,7 +30,11 @@ impl<'a> Attrs<'a> {
         self.list.iter().map(|a| a.name())
     }
 
-    fn typed(&self, name: &str, want: AttributeType) -> Result<Option<&'a AttributeProto>, OpError> {
+    fn typed(
+        &self,
+        name: &str,
+        want: AttributeType,
+    ) -> Result<Option<&'a AttributeProto>, OpError> {
         match self.get(name) {
             None => Ok(None),
             Some(a) => {
@@ -75,11 +79,15 @@ impl<'a> Attrs<'a> {
     }
 
     pub fn ints(&self, name: &str) -> Result<Option<Vec<i64>>, OpError> {
-        Ok(self.typed(name, AttributeType::Ints)?.map(|a| a.ints.clone()))
+        Ok(self
+            .typed(name, AttributeType::Ints)?
+            .map(|a| a.ints.clone()))
     }
 
     pub fn floats(&self, name: &str) -> Result<Option<Vec<f32>>, OpError> {
-        Ok(self.typed(name, AttributeType::Floats)?.map(|a| a.floats.clone()))
+        Ok(self
+            .typed(name, AttributeType::Floats)?
+            .map(|a| a.floats.clone()))
     }
 
     pub fn strings(&self, name: &str) -> Result<Option<Vec<String>>, OpError> {
@@ -95,10 +103,9 @@ impl<'a> Attrs<'a> {
         match self.typed(name, AttributeType::Tensor)? {
             None => Ok(None),
             Some(a) => {
-                let t = a
-                    .t
-                    .as_ref()
-                    .ok_or_else(|| OpError::invalid(format!("attribute '{name}' holds no tensor")))?;
+                let t = a.t.as_ref().ok_or_else(|| {
+                    OpError::invalid(format!("attribute '{name}' holds no tensor"))
+                })?;
                 tensor_from_proto(t, None)
                     .map(Some)
                     .map_err(|e| OpError::invalid(format!("attribute '{name}': {e}")))
@@ -108,6 +115,8 @@ impl<'a> Attrs<'a> {
 
     /// The graph of a subgraph attribute (`If` branches).
     pub fn graph(&self, name: &str) -> Result<Option<&'a hmct_proto::onnx::GraphProto>, OpError> {
-        Ok(self.typed(name, AttributeType::Graph)?.and_then(|a| a.g.as_ref()))
+        Ok(self
+            .typed(name, AttributeType::Graph)?
+            .and_then(|a| a.g.as_ref()))
     }
 }

@@ -111,7 +111,10 @@ const BUILDERS: &[Builder] = &[
 /// Builds the kernel for a standard-domain node.
 pub fn build_kernel(spec: &NodeSpec) -> Result<Box<dyn Kernel>, OpError> {
     if !spec.domain.is_empty() {
-        return Err(OpError::unsupported(format!("operator domain '{}'", spec.domain)));
+        return Err(OpError::unsupported(format!(
+            "operator domain '{}'",
+            spec.domain
+        )));
     }
     for b in BUILDERS {
         if let Some(k) = b(spec) {
@@ -136,15 +139,23 @@ pub fn input_f32<'t>(
     i: usize,
 ) -> Result<&'t hmct_tensor::ndarray::ArrayD<f32>, OpError> {
     let t = input(inputs, i)?;
-    t.as_f32()
-        .ok_or_else(|| OpError::unsupported(format!("input {i} of type {} (only float is implemented here)", t.dtype())))
+    t.as_f32().ok_or_else(|| {
+        OpError::unsupported(format!(
+            "input {i} of type {} (only float is implemented here)",
+            t.dtype()
+        ))
+    })
 }
 
 /// Reads an integer vector input (shapes, axes, pads, ...).
 pub fn input_i64s(inputs: &[Option<&Tensor>], i: usize) -> Result<Vec<i64>, OpError> {
     let t = input(inputs, i)?;
-    t.to_i64_vec()
-        .ok_or_else(|| OpError::invalid(format!("input {i} must be an integer tensor, got {}", t.dtype())))
+    t.to_i64_vec().ok_or_else(|| {
+        OpError::invalid(format!(
+            "input {i} must be an integer tensor, got {}",
+            t.dtype()
+        ))
+    })
 }
 
 /// Resolves a possibly negative axis against `rank`.
@@ -152,7 +163,9 @@ pub fn normalize_axis(axis: i64, rank: usize) -> Result<usize, OpError> {
     let r = rank as i64;
     let a = if axis < 0 { axis + r } else { axis };
     if a < 0 || a >= r.max(1) {
-        return Err(OpError::invalid(format!("axis {axis} out of range for rank {rank}")));
+        return Err(OpError::invalid(format!(
+            "axis {axis} out of range for rank {rank}"
+        )));
     }
     Ok(a as usize)
 }
@@ -162,14 +175,24 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>, OpError>
     let n = a.len().max(b.len());
     let mut out = vec![0; n];
     for i in 0..n {
-        let da = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
-        let db = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        let da = if i + a.len() >= n {
+            a[i + a.len() - n]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= n {
+            b[i + b.len() - n]
+        } else {
+            1
+        };
         out[i] = if da == db || db == 1 {
             da
         } else if da == 1 {
             db
         } else {
-            return Err(OpError::invalid(format!("shapes {a:?} and {b:?} do not broadcast")));
+            return Err(OpError::invalid(format!(
+                "shapes {a:?} and {b:?} do not broadcast"
+            )));
         };
     }
     Ok(out)
