@@ -200,18 +200,20 @@ fn progress_bar() -> ProgressBar {
 
 fn print_timings(result: &Sensitivity, engine: &Engine) {
     let t = &result.timings;
-    let busy = (t.probe_runs + t.reduce).as_secs_f64().max(1e-12);
-    let probes = t.probes.as_secs_f64();
+    let secs = |d: std::time::Duration| d.as_secs_f64();
+    // Runs and metrics are summed over tasks running in parallel; their share of
+    // the wall time is what they cost.
+    let busy = secs(t.probe_runs + t.reduce).max(1e-12);
+    let wall = secs(t.probes);
     eprintln!(
-        "timings: capture {:.3} s ({} full run(s)), probes {:.3} s wall ({} runs on {} thread(s): {:.3} s running, {:.3} s metrics of {:.3} s busy), {} MB cached",
-        t.capture.as_secs_f64(),
+        "timings: float pass {:.3} s ({} full runs); probes {:.3} s wall for {} runs on {} thread(s), of which runs {:.3} s and metrics {:.3} s; {} MB cached",
+        secs(t.capture),
         t.captures,
-        probes,
+        wall,
         t.tasks,
         engine.threads(),
-        probes * t.probe_runs.as_secs_f64() / busy,
-        probes * t.reduce.as_secs_f64() / busy,
-        busy,
+        wall * secs(t.probe_runs) / busy,
+        wall * secs(t.reduce) / busy,
         engine.cached_bytes() >> 20,
     );
 }

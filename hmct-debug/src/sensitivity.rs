@@ -93,9 +93,9 @@ pub enum SensitivityError {
     NoMetrics,
     #[error("the model has no calibration (HzCalibration) nodes")]
     NoCalibrationNodes,
-    #[error("output_node {} must be a quantized regular node (a node with input calibration nodes)", describe_not_quantized(.0))]
+    #[error("output_node must be a quantized regular node (one with input calibration nodes): {}", describe_not_quantized(.0))]
     OutputNotQuantized(Vec<(String, &'static str)>),
-    #[error("interested node {} has no calibration nodes to switch on", describe_not_quantized(.0))]
+    #[error("interested_nodes: {} (nothing to switch on)", describe_not_quantized(.0))]
     InterestedNotQuantized(Vec<(String, &'static str)>),
     #[error("interested_nodes has an empty group")]
     EmptyGroup,
@@ -127,7 +127,7 @@ fn did_you_mean(suggestions: &[String]) -> String {
 fn describe_not_quantized(items: &[(String, &'static str)]) -> String {
     items
         .iter()
-        .map(|(n, why)| format!("'{n}' ({why})"))
+        .map(|(n, why)| format!("'{n}' {why}"))
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -438,9 +438,9 @@ fn compared_slots(
     let mut slots = Vec::new();
     for (name, r) in output_nodes.iter().zip(refs) {
         match r {
-            NodeRef::Calibration { .. } => bad.push((name.clone(), "a calibration node")),
+            NodeRef::Calibration { .. } => bad.push((name.clone(), "is a calibration node")),
             NodeRef::Regular(id) if engine.input_calibrations(id).is_empty() => {
-                bad.push((name.clone(), "no input calibration nodes"))
+                bad.push((name.clone(), "has no input calibration nodes"))
             }
             NodeRef::Regular(id) => {
                 for s in engine.output_slots(id) {
@@ -518,7 +518,7 @@ fn interested_candidates(
             let r = engine.lookup(name).expect("checked above");
             let cals = engine.calibrations_of(r);
             if cals.is_empty() {
-                bad.push((name.clone(), "not quantized"));
+                bad.push((name.clone(), "is not quantized"));
             }
             for c in cals {
                 if !calibrations.contains(&c) {
