@@ -66,8 +66,12 @@ fn close(got: &Tensor, want: &Tensor, rtol: f64, atol: f64) -> Result<(), String
         };
     }
     let (g, w) = (got.to_f64_vec().unwrap(), want.to_f64_vec().unwrap());
+    // Integers and bools must match exactly; floats within tolerance.
+    let exact = !want.dtype().is_float();
     for (i, (&a, &b)) in g.iter().zip(&w).enumerate() {
-        let ok = (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= atol + rtol * b.abs();
+        let ok = (a.is_nan() && b.is_nan())
+            || a == b
+            || (!exact && (a - b).abs() <= atol + rtol * b.abs());
         if !ok {
             return Err(format!("element {i}: {a} != expected {b}"));
         }

@@ -7,6 +7,7 @@
 mod binary;
 pub(crate) mod broadcast;
 pub(crate) mod cast;
+mod fastmath;
 pub(crate) mod num;
 mod unary;
 

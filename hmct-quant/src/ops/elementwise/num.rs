@@ -184,12 +184,18 @@ pub(crate) trait Real: Num + num_traits::Float {
     fn from_f32c(v: f32) -> Self;
     /// Round half to even (ONNX `Round`).
     fn round_even(self) -> Self;
+    /// `exp` for kernels where a vectorizable 2-ulp f32 version is worth it.
+    fn exp_fast(self) -> Self;
 }
 
 impl Real for f32 {
     #[inline(always)]
     fn erf(self) -> Self {
         libm::erff(self)
+    }
+    #[inline(always)]
+    fn exp_fast(self) -> Self {
+        super::fastmath::exp_f32(self)
     }
     #[inline(always)]
     fn round_even(self) -> Self {
@@ -205,6 +211,10 @@ impl Real for f64 {
     #[inline(always)]
     fn erf(self) -> Self {
         libm::erf(self)
+    }
+    #[inline(always)]
+    fn exp_fast(self) -> Self {
+        self.exp()
     }
     #[inline(always)]
     fn round_even(self) -> Self {

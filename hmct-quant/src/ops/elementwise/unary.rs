@@ -4,7 +4,10 @@
 use hmct_tensor::Tensor;
 use hmct_tensor::ndarray::ArrayD;
 
-use super::broadcast::unary;
+use hmct_tensor::ndarray::IxDyn;
+
+use super::broadcast::{CHUNK, PAR_MIN, contiguous, for_chunks, unary};
+use super::fastmath::{exp_slice, sigmoid_slice};
 use super::num::{Half, Num, Real, typed, with_num};
 use crate::ops::{Kernel, NodeSpec, OpError, input};
 
@@ -237,9 +240,23 @@ fn map_half<H: Half>(act: Act, x: &ArrayD<H>) -> ArrayD<H> {
     unary(&map_real(act, &wide), H::from_f32h)
 }
 
+/// An f32 slice kernel over a whole array, in fixed chunks.
+fn slice_kernel(a: &ArrayD<f32>, k: fn(&[f32], &mut [f32])) -> ArrayD<f32> {
+    let src = contiguous(a);
+    let mut out = vec![0.0f32; src.len()];
+    for_chunks(&mut out, CHUNK, src.len() >= PAR_MIN, &|off, piece| {
+        k(&src[off..off + piece.len()], piece)
+    });
+    ArrayD::from_shape_vec(IxDyn(a.shape()), out).expect("same element count as the input")
+}
+
 fn run_act(act: Act, t: &Tensor) -> Result<Tensor, OpError> {
     Ok(match t {
-        Tensor::F32(a) => Tensor::F32(map_real(act, a)),
+        Tensor::F32(a) => Tensor::F32(match act {
+            Act::Exp => slice_kernel(a, exp_slice),
+            Act::Sigmoid => slice_kernel(a, sigmoid_slice),
+            _ => map_real(act, a),
+        }),
         Tensor::F64(a) => Tensor::F64(map_real(act, a)),
         Tensor::F16(a) => Tensor::F16(map_half(act, a)),
         Tensor::BF16(a) => Tensor::BF16(map_half(act, a)),

@@ -21,12 +21,13 @@ enum Kind {
     Hardmax,
 }
 
+#[multiversion::multiversion(targets("x86_64+avx2+fma"))]
 fn row<T: Real>(x: &[T], y: &mut [T], kind: Kind) {
     let m = fold_row(x, T::LOWEST, |v| v, Num::max_nan);
     match kind {
         Kind::Softmax => {
             for (y, &v) in y.iter_mut().zip(x) {
-                *y = (v - m).exp();
+                *y = (v - m).exp_fast();
             }
             let s = fold_row(y, 0.0f64, |v: T| Num::to_f64(v), |a, b| a + b);
             let inv = T::from_f64(1.0 / s);
@@ -35,7 +36,12 @@ fn row<T: Real>(x: &[T], y: &mut [T], kind: Kind) {
             }
         }
         Kind::LogSoftmax => {
-            let s = fold_row(x, 0.0f64, |v: T| Num::to_f64((v - m).exp()), |a, b| a + b);
+            let s = fold_row(
+                x,
+                0.0f64,
+                |v: T| Num::to_f64((v - m).exp_fast()),
+                |a, b| a + b,
+            );
             let shift = m + T::from_f64(s.ln());
             for (y, &v) in y.iter_mut().zip(x) {
                 *y = v - shift;
@@ -51,6 +57,7 @@ fn row<T: Real>(x: &[T], y: &mut [T], kind: Kind) {
 }
 
 /// One `[len, inner]` block: the op along `len` for every one of `inner` columns.
+#[multiversion::multiversion(targets("x86_64+avx2+fma"))]
 fn block<T: Real>(x: &[T], y: &mut [T], len: usize, inner: usize, kind: Kind) {
     let mut m = vec![T::LOWEST; inner];
     for r in 0..len {
@@ -67,7 +74,7 @@ fn block<T: Real>(x: &[T], y: &mut [T], len: usize, inner: usize, kind: Kind) {
                     &mut y[r * inner..(r + 1) * inner],
                 );
                 for (((s, &m), &v), y) in s.iter_mut().zip(&m).zip(xr).zip(yr) {
-                    let e = (v - m).exp();
+                    let e = (v - m).exp_fast();
                     *y = e;
                     *s += Num::to_f64(e);
                 }
