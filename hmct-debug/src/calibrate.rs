@@ -38,7 +38,8 @@ use hmct_tensor::{Dataset, InputSpec, Tensor, TensorError};
 use rayon::prelude::*;
 use serde::Serialize;
 
-pub use ops::{DEFAULT_OP_TYPES, ONNX_OP_TYPES, close_matches, is_onnx_op};
+pub use crate::engine::close_matches;
+pub use ops::{DEFAULT_OP_TYPES, ONNX_OP_TYPES, is_onnx_op};
 pub use stats::{
     AbsHistogram, kl_bins, kl_threshold, max_abs, mse_threshold, percentile_threshold,
 };

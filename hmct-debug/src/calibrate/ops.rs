@@ -64,210 +64,40 @@ pub const DEFAULT_OP_TYPES: &[&str] = &[
 ];
 
 /// Every operator of the standard ONNX domain (onnx 1.23), for checking user input.
+#[rustfmt::skip]
 pub const ONNX_OP_TYPES: &[&str] = &[
-    "Abs",
-    "Acos",
-    "Acosh",
-    "Add",
-    "AffineGrid",
-    "And",
-    "ArgMax",
-    "ArgMin",
-    "Asin",
-    "Asinh",
-    "Atan",
-    "Atanh",
-    "Attention",
-    "AveragePool",
-    "BatchNormalization",
-    "Bernoulli",
-    "BitCast",
-    "BitShift",
-    "BitwiseAnd",
-    "BitwiseNot",
-    "BitwiseOr",
-    "BitwiseXor",
-    "BlackmanWindow",
-    "Cast",
-    "CastLike",
-    "CausalConvWithState",
-    "Ceil",
-    "Celu",
-    "CenterCropPad",
-    "Clip",
-    "Col2Im",
-    "Compress",
-    "Concat",
-    "ConcatFromSequence",
-    "Constant",
-    "ConstantOfShape",
-    "Conv",
-    "ConvInteger",
-    "ConvTranspose",
-    "Cos",
-    "Cosh",
-    "CumProd",
-    "CumSum",
-    "DFT",
-    "DeformConv",
-    "DepthToSpace",
-    "DequantizeLinear",
-    "Det",
-    "Div",
-    "Dropout",
-    "DynamicQuantizeLinear",
-    "Einsum",
-    "Elu",
-    "Equal",
-    "Erf",
-    "Exp",
-    "Expand",
-    "EyeLike",
-    "Flatten",
-    "Floor",
-    "GRU",
-    "Gather",
-    "GatherElements",
-    "GatherND",
-    "Gelu",
-    "Gemm",
-    "GlobalAveragePool",
-    "GlobalLpPool",
-    "GlobalMaxPool",
-    "Greater",
-    "GreaterOrEqual",
-    "GridSample",
-    "GroupNormalization",
-    "HammingWindow",
-    "HannWindow",
-    "HardSigmoid",
-    "HardSwish",
-    "Hardmax",
-    "Identity",
-    "If",
-    "ImageDecoder",
-    "InstanceNormalization",
-    "IsInf",
-    "IsNaN",
-    "LRN",
-    "LSTM",
-    "LayerNormalization",
-    "LeakyRelu",
-    "Less",
-    "LessOrEqual",
-    "LinearAttention",
-    "Log",
-    "LogSoftmax",
-    "Loop",
-    "LpNormalization",
-    "LpPool",
-    "MatMul",
-    "MatMulInteger",
-    "Max",
-    "MaxPool",
-    "MaxRoiPool",
-    "MaxUnpool",
-    "Mean",
-    "MeanVarianceNormalization",
-    "MelWeightMatrix",
-    "Min",
-    "Mish",
-    "Mod",
-    "Mul",
-    "Multinomial",
-    "Neg",
-    "NegativeLogLikelihoodLoss",
-    "NonMaxSuppression",
-    "NonZero",
-    "Not",
-    "OneHot",
-    "Optional",
-    "OptionalGetElement",
-    "OptionalHasElement",
-    "Or",
-    "PRelu",
-    "Pad",
-    "Pow",
-    "QLinearConv",
-    "QLinearMatMul",
-    "QuantizeLinear",
-    "RMSNormalization",
-    "RNN",
-    "RandomNormal",
-    "RandomNormalLike",
-    "RandomUniform",
-    "RandomUniformLike",
-    "Range",
-    "Reciprocal",
-    "ReduceL1",
-    "ReduceL2",
-    "ReduceLogSum",
-    "ReduceLogSumExp",
-    "ReduceMax",
-    "ReduceMean",
-    "ReduceMin",
-    "ReduceProd",
-    "ReduceSum",
-    "ReduceSumSquare",
-    "RegexFullMatch",
-    "Relu",
-    "Reshape",
-    "Resize",
-    "ReverseSequence",
-    "RoiAlign",
-    "RotaryEmbedding",
-    "Round",
-    "STFT",
-    "Scan",
-    "Scatter",
-    "ScatterElements",
-    "ScatterND",
-    "Selu",
-    "SequenceAt",
-    "SequenceConstruct",
-    "SequenceEmpty",
-    "SequenceErase",
-    "SequenceInsert",
-    "SequenceLength",
-    "SequenceMap",
-    "Shape",
-    "Shrink",
-    "Sigmoid",
-    "Sign",
-    "Sin",
-    "Sinh",
-    "Size",
-    "Slice",
-    "Softmax",
-    "SoftmaxCrossEntropyLoss",
-    "Softplus",
-    "Softsign",
-    "SpaceToDepth",
-    "Split",
-    "SplitToSequence",
-    "Sqrt",
-    "Squeeze",
-    "StringConcat",
-    "StringNormalizer",
-    "StringSplit",
-    "Sub",
-    "Sum",
-    "SwiGLU",
-    "Swish",
-    "Tan",
-    "Tanh",
-    "TensorScatter",
-    "TfIdfVectorizer",
-    "ThresholdedRelu",
-    "Tile",
-    "TopK",
-    "Transpose",
-    "Trilu",
-    "Unique",
-    "Unsqueeze",
-    "Upsample",
-    "Where",
-    "Xor",
+    "Abs", "Acos", "Acosh", "Add", "AffineGrid", "And", "ArgMax", "ArgMin", "Asin",
+    "Asinh", "Atan", "Atanh", "Attention", "AveragePool", "BatchNormalization",
+    "Bernoulli", "BitCast", "BitShift", "BitwiseAnd", "BitwiseNot", "BitwiseOr",
+    "BitwiseXor", "BlackmanWindow", "Cast", "CastLike", "CausalConvWithState", "Ceil",
+    "Celu", "CenterCropPad", "Clip", "Col2Im", "Compress", "Concat", "ConcatFromSequence",
+    "Constant", "ConstantOfShape", "Conv", "ConvInteger", "ConvTranspose", "Cos", "Cosh",
+    "CumProd", "CumSum", "DFT", "DeformConv", "DepthToSpace", "DequantizeLinear", "Det",
+    "Div", "Dropout", "DynamicQuantizeLinear", "Einsum", "Elu", "Equal", "Erf", "Exp",
+    "Expand", "EyeLike", "Flatten", "Floor", "GRU", "Gather", "GatherElements", "GatherND",
+    "Gelu", "Gemm", "GlobalAveragePool", "GlobalLpPool", "GlobalMaxPool", "Greater",
+    "GreaterOrEqual", "GridSample", "GroupNormalization", "HammingWindow", "HannWindow",
+    "HardSigmoid", "HardSwish", "Hardmax", "Identity", "If", "ImageDecoder",
+    "InstanceNormalization", "IsInf", "IsNaN", "LRN", "LSTM", "LayerNormalization",
+    "LeakyRelu", "Less", "LessOrEqual", "LinearAttention", "Log", "LogSoftmax", "Loop",
+    "LpNormalization", "LpPool", "MatMul", "MatMulInteger", "Max", "MaxPool", "MaxRoiPool",
+    "MaxUnpool", "Mean", "MeanVarianceNormalization", "MelWeightMatrix", "Min", "Mish",
+    "Mod", "Mul", "Multinomial", "Neg", "NegativeLogLikelihoodLoss", "NonMaxSuppression",
+    "NonZero", "Not", "OneHot", "Optional", "OptionalGetElement", "OptionalHasElement",
+    "Or", "PRelu", "Pad", "Pow", "QLinearConv", "QLinearMatMul", "QuantizeLinear",
+    "RMSNormalization", "RNN", "RandomNormal", "RandomNormalLike", "RandomUniform",
+    "RandomUniformLike", "Range", "Reciprocal", "ReduceL1", "ReduceL2", "ReduceLogSum",
+    "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum",
+    "ReduceSumSquare", "RegexFullMatch", "Relu", "Reshape", "Resize", "ReverseSequence",
+    "RoiAlign", "RotaryEmbedding", "Round", "STFT", "Scan", "Scatter", "ScatterElements",
+    "ScatterND", "Selu", "SequenceAt", "SequenceConstruct", "SequenceEmpty",
+    "SequenceErase", "SequenceInsert", "SequenceLength", "SequenceMap", "Shape", "Shrink",
+    "Sigmoid", "Sign", "Sin", "Sinh", "Size", "Slice", "Softmax",
+    "SoftmaxCrossEntropyLoss", "Softplus", "Softsign", "SpaceToDepth", "Split",
+    "SplitToSequence", "Sqrt", "Squeeze", "StringConcat", "StringNormalizer",
+    "StringSplit", "Sub", "Sum", "SwiGLU", "Swish", "Tan", "Tanh", "TensorScatter",
+    "TfIdfVectorizer", "ThresholdedRelu", "Tile", "TopK", "Transpose", "Trilu", "Unique",
+    "Unsqueeze", "Upsample", "Where", "Xor",
 ];
 
 /// True for an operator of the standard ONNX domain.
@@ -335,47 +165,10 @@ pub fn weight_layout(
     })
 }
 
-/// Names among `known` close to `name` (case-insensitive equality first, then small
-/// edit distances), best first, at most three.
-pub fn close_matches<'a>(name: &str, known: impl IntoIterator<Item = &'a str>) -> Vec<String> {
-    let lower = name.to_lowercase();
-    let mut scored: Vec<(usize, String)> = known
-        .into_iter()
-        .filter_map(|k| {
-            let d = if k.to_lowercase() == lower {
-                0
-            } else {
-                edit_distance(&lower, &k.to_lowercase())
-            };
-            let limit = (name.chars().count() / 3).max(1);
-            (d <= limit).then(|| (d, k.to_string()))
-        })
-        .collect();
-    scored.sort();
-    scored.dedup();
-    scored.into_iter().take(3).map(|(_, k)| k).collect()
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diag = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let next = (diag + usize::from(ca != cb))
-                .min(row[j] + 1)
-                .min(row[j + 1] + 1);
-            diag = row[j + 1];
-            row[j + 1] = next;
-        }
-    }
-    row[b.len()]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::close_matches;
 
     #[test]
     fn op_list_is_sorted_and_covers_the_defaults() {
