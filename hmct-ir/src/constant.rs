@@ -1,9 +1,35 @@
 //! The value of a `Constant` node, in any of its attribute forms.
 
-use hmct_tensor::Tensor;
+use std::path::Path;
+
+use hmct_proto::onnx::TensorProto;
 use hmct_tensor::ndarray::{ArrayD, IxDyn};
+use hmct_tensor::{Tensor, TensorError};
 
 use crate::{IrError, Model, NodeId};
+
+/// [`hmct_tensor::tensor_from_proto`], refusing shapes ndarray cannot represent
+/// first: a zero dimension makes the element count 0, but ndarray still rejects
+/// (and the conversion would panic on) shapes whose other dimensions multiply past
+/// `isize::MAX`, and any bytes may reach here.
+pub(crate) fn tensor_from_proto(
+    t: &TensorProto,
+    base_dir: Option<&Path>,
+) -> Result<Tensor, TensorError> {
+    let fits = t
+        .dims
+        .iter()
+        .filter(|&&d| d != 0)
+        .try_fold(1i64, |acc, &d| acc.checked_mul(d.max(1)))
+        .is_some_and(|n| isize::try_from(n).is_ok());
+    if !fits {
+        return Err(TensorError::Invalid {
+            context: format!("tensor '{}'", t.name()),
+            message: format!("shape {:?} is too large", t.dims),
+        });
+    }
+    hmct_tensor::tensor_from_proto(t, base_dir)
+}
 
 /// Reads the tensor a `Constant` node outputs (`value`, `value_float(s)`,
 /// `value_int(s)`, `value_string(s)`; `sparse_value` is not supported).
@@ -27,12 +53,10 @@ pub(crate) fn constant_node_value(model: &Model, id: NodeId) -> Result<Tensor, I
                 .t
                 .as_ref()
                 .ok_or_else(|| err("attribute 'value' holds no tensor".into()))?;
-            hmct_tensor::tensor_from_proto(t, model.base_dir()).map_err(|error| {
-                IrError::Tensor {
-                    file: model.file().to_string(),
-                    value: node.output.first().cloned().unwrap_or_default(),
-                    error,
-                }
+            tensor_from_proto(t, model.base_dir()).map_err(|error| IrError::Tensor {
+                file: model.file().to_string(),
+                value: node.output.first().cloned().unwrap_or_default(),
+                error,
             })?
         }
         "value_float" => Tensor::scalar_f32(

@@ -318,7 +318,7 @@ impl Model {
     /// value). External data is read from [`Model::base_dir`].
     pub fn constant_tensor(&self, value: &str) -> Result<Option<Tensor>, IrError> {
         if let Some(t) = self.initializer(value) {
-            return hmct_tensor::tensor_from_proto(t, self.base_dir())
+            return crate::constant::tensor_from_proto(t, self.base_dir())
                 .map(Some)
                 .map_err(|error| IrError::Tensor {
                     file: self.file.clone(),

@@ -2,22 +2,60 @@
 
 mod common;
 
-use common::{f32_init, model, node};
+use common::{calib, f32_init, model, node};
 use hmct_ir::{IrError, Model, load_model, load_model_from_bytes, model_to_bytes};
 use hmct_proto::Message;
 use proptest::prelude::*;
 
 fn small_model_bytes() -> Vec<u8> {
+    let mut wc = calib("wc", "w", "wq");
+    wc.attribute.push(common::attr_int("axis", 0));
+    if let Some(t) = wc.attribute.iter_mut().find(|a| a.name() == "thresholds") {
+        t.floats = vec![1.0, 2.0, 3.0, 4.0];
+    }
     let m = model(
         &["x"],
         vec![f32_init("w", &[4, 4, 1, 1], vec![0.25; 16])],
         vec![
-            node("conv", "Conv", &["x", "w"], &["c"]),
+            calib("xc", "x", "xq"),
+            wc,
+            node("conv", "Conv", &["xq", "wq"], &["c"]),
             node("relu", "Relu", &["c"], &["y"]),
         ],
         &["y"],
     );
     m.encode_to_vec()
+}
+
+/// Calls every read of the API on a model that loaded.
+fn exercise(m: &Model) {
+    for t in &m.graph_proto().initializer {
+        let _ = m.constant_tensor(t.name());
+    }
+    for id in 0..m.nodes().len() {
+        for v in &m.node(id).output {
+            let _ = m.constant_tensor(v);
+        }
+        if let Some(c) = m.calibration(id) {
+            let _ = (
+                c.qtype(),
+                c.scales(),
+                c.zero_point(),
+                c.tensor_type(),
+                c.validate(),
+            );
+            let _ = (
+                c.is_per_channel(),
+                c.is_asymmetric(),
+                c.switch_on(),
+                c.group(),
+            );
+            let _ = hmct_ir::consumer_label(m, id);
+        }
+        let _ = hmct_ir::find_output_calibration(m, id, None);
+        let _ = hmct_ir::input_calibrations(m, id);
+    }
+    let _ = hmct_ir::quantized_nodes(m);
 }
 
 #[test]
@@ -204,6 +242,8 @@ fn duplicate_outputs() {
 #[test]
 fn unknown_node_name() {
     let m = load_model_from_bytes(&small_model_bytes()).unwrap();
+    exercise(&m);
+    assert_eq!(hmct_ir::quantized_nodes(&m), [m.node_id("conv").unwrap()]);
     let err = m.node_id("Conv_99").unwrap_err();
     assert!(matches!(&err, IrError::UnknownNode { name, .. } if name == "Conv_99"));
     assert!(err.to_string().contains("Conv_99"));
@@ -259,9 +299,10 @@ proptest! {
             bytes[at] = b;
         }
         if let Ok(m) = load_model_from_bytes(&bytes) {
-            // Whatever loads must save and load again.
+            // Whatever loads must save and load again, and every read must work.
             let saved = model_to_bytes(&m);
             prop_assert!(load_model_from_bytes(&saved).is_ok());
+            exercise(&m);
         }
     }
 }

@@ -200,3 +200,22 @@ fn external_data_is_read_from_the_model_folder() {
         "{err}"
     );
 }
+
+#[test]
+fn absurd_shapes_are_errors() {
+    for dims in [
+        vec![0, 1 << 62, 1 << 62],
+        vec![1 << 40, 1 << 40],
+        vec![-1, 4],
+    ] {
+        let t = common::f32_init("w", &dims, vec![]);
+        let p = model(
+            &["x"],
+            vec![t],
+            vec![node("a", "Add", &["x", "w"], &["y"])],
+            &["y"],
+        );
+        let m = Model::from_proto(p, None).unwrap();
+        assert!(m.constant_tensor("w").is_err(), "{dims:?}");
+    }
+}
