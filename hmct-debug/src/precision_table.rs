@@ -1,0 +1,322 @@
+//! `precision-table`: per quantized regular node, in graph order, how far its
+//! outputs are from the float model in two modes, and how the two relate.
+//!
+//! - **end-to-end**: the calibrated model run from the inputs. The error at a node is
+//!   everything accumulated up to and including it.
+//! - **per-layer**: the float model with only this node quantized (its input
+//!   calibration nodes ON), i.e. the node fed float inputs. The error is what the
+//!   node creates by itself. Runs are incremental from the captured float
+//!   activations, so each re-runs only the node (and its calibration nodes).
+//!
+//! Both give cosine similarity and MSE (the tool's definitions, hmct-metrics) per
+//! output and sample, aggregated as everywhere else: mean over samples (NaN samples
+//! skipped), then mean over the node's outputs.
+//!
+//! # Amplification
+//! The end-to-end error over the per-layer error, computed from the aggregated
+//! figures, once on the cosine error `1 − cosine` and once on MSE:
+//!
+//! `amplification = error_end_to_end / error_per_layer`
+//!
+//! About 1: the node is where its error comes from (it creates it). Well above 1:
+//! the error mostly arrived from upstream and the node passes it on. Below 1: the
+//! node attenuates the error it receives. When the per-layer error is zero (a cosine
+//! error below [`COSINE_ERROR_FLOOR`], whose f64 rounding noise is far larger than
+//! any real difference, counts as zero; MSE must be exactly 0) the amplification is
+//! `+inf` if the end-to-end error is not zero (pure pass-on) and undefined (`None`,
+//! `-` in the table) if both are zero. A NaN figure makes it undefined as well.
+
+use hmct_metrics::{Metric, Table, python_repr};
+use hmct_quant::{Base, Slot};
+use serde::Serialize;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use rayon::prelude::*;
+
+use crate::engine::{Engine, EngineError, Probe, ProbeView, Timings, compare};
+use crate::sensitivity_analysis::json;
+
+/// Cosine errors `1 − cosine` at or below this count as zero for the amplification.
+pub const COSINE_ERROR_FLOOR: f64 = 1e-12;
+
+/// The arguments of [`precision_table`].
+#[derive(Clone, Debug, Default)]
+pub struct PrecisionTableOptions {
+    /// Use the first `data_num` samples (all when `None`).
+    pub data_num: Option<usize>,
+}
+
+/// Cosine and MSE of one mode.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Errors {
+    #[serde(serialize_with = "json::number")]
+    pub cosine: f64,
+    #[serde(serialize_with = "json::number")]
+    pub mse: f64,
+}
+
+/// One row: a quantized regular node.
+#[derive(Clone, Debug, Serialize)]
+pub struct PrecisionRow {
+    pub node: String,
+    pub op_type: String,
+    /// The outputs compared (non-empty ones), in output order.
+    pub outputs: Vec<String>,
+    /// The calibration nodes switched ON for the per-layer run.
+    pub calibrations: Vec<String>,
+    pub end_to_end: Errors,
+    pub per_layer: Errors,
+    /// `(1 − cos_e2e) / (1 − cos_layer)`, see the module docs.
+    #[serde(serialize_with = "json::opt_number")]
+    pub amplification_cosine: Option<f64>,
+    /// `mse_e2e / mse_layer`, see the module docs.
+    #[serde(serialize_with = "json::opt_number")]
+    pub amplification_mse: Option<f64>,
+}
+
+/// The result.
+#[derive(Clone, Debug, Serialize)]
+pub struct PrecisionTable {
+    /// Number of samples used (the first ones).
+    pub data_num: usize,
+    pub rows: Vec<PrecisionRow>,
+    #[serde(skip)]
+    pub timings: Timings,
+}
+
+/// `error_e2e / error_layer` with the zero rule of the module docs.
+pub fn amplification(end_to_end: f64, per_layer: f64, floor: f64) -> Option<f64> {
+    if end_to_end.is_nan() || per_layer.is_nan() {
+        return None;
+    }
+    let e2e = if end_to_end <= floor { 0.0 } else { end_to_end };
+    let layer = if per_layer <= floor { 0.0 } else { per_layer };
+    match (e2e == 0.0, layer == 0.0) {
+        (true, true) => None,
+        (false, true) => Some(f64::INFINITY),
+        _ => Some(e2e / layer),
+    }
+}
+
+impl PrecisionTable {
+    /// The printed table: cosine with 6 decimals, MSE in scientific notation,
+    /// amplification with 2 decimals (`inf`, or `-` when undefined).
+    pub fn table(&self) -> Table {
+        let header = [
+            "node",
+            "op_type",
+            "cosine(e2e)",
+            "mse(e2e)",
+            "cosine(layer)",
+            "mse(layer)",
+            "amp(1-cos)",
+            "amp(mse)",
+        ];
+        let mut table = Table::new(
+            "precision table (e2e: calibrated model; layer: node alone on float inputs)",
+            header.iter().map(|h| h.to_string()).collect(),
+        );
+        for r in &self.rows {
+            table
+                .push_row(vec![
+                    r.node.clone(),
+                    r.op_type.clone(),
+                    fmt_cosine(r.end_to_end.cosine),
+                    fmt_mse(r.end_to_end.mse),
+                    fmt_cosine(r.per_layer.cosine),
+                    fmt_mse(r.per_layer.mse),
+                    fmt_amp(r.amplification_cosine),
+                    fmt_amp(r.amplification_mse),
+                ])
+                .expect("one cell per column");
+        }
+        table
+    }
+}
+
+fn fmt_cosine(v: f64) -> String {
+    if v.is_finite() {
+        format!("{v:.6}")
+    } else {
+        python_repr(v)
+    }
+}
+
+fn fmt_mse(v: f64) -> String {
+    if v.is_finite() {
+        format!("{v:.4e}")
+    } else {
+        python_repr(v)
+    }
+}
+
+fn fmt_amp(v: Option<f64>) -> String {
+    match v {
+        Some(v) if v.is_finite() => format!("{v:.2}"),
+        Some(v) => python_repr(v),
+        None => "-".to_string(),
+    }
+}
+
+/// Computes the table. `progress` gets (tasks done, total).
+pub fn precision_table(
+    engine: &Engine,
+    options: &PrecisionTableOptions,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<PrecisionTable, EngineError> {
+    let samples = engine.sample_count(options.data_num)?;
+    let model = engine.model();
+    struct Node {
+        id: hmct_ir::NodeId,
+        slots: Vec<Slot>,
+        cals: Vec<usize>,
+    }
+    let nodes: Vec<Node> = hmct_ir::quantized_nodes(model)
+        .into_iter()
+        .map(|id| Node {
+            id,
+            slots: engine.output_slots(id),
+            cals: engine.input_calibrations(id),
+        })
+        .filter(|n| !n.cals.is_empty() && !n.slots.is_empty())
+        .collect();
+
+    let all_slots: Vec<Slot> = nodes.iter().flat_map(|n| n.slots.iter().copied()).collect();
+    let metrics = [Metric::CosineSimilarity, Metric::Mse];
+    let total = samples * (1 + nodes.len());
+    let done = AtomicUsize::new(0);
+    let tick = |_: usize, _: usize| progress(done.fetch_add(1, Ordering::Relaxed) + 1, total);
+    let reduce = |view: &ProbeView<'_>, slots: &[Slot]| {
+        slots
+            .iter()
+            .map(|&slot| {
+                let x = view.float_value(slot)?;
+                let y = view.value(slot)?;
+                compare(&x, &y, &metrics, engine.value_name(slot))
+            })
+            .collect::<Result<Vec<Vec<f64>>, EngineError>>()
+    };
+
+    // The calibrated model re-runs nothing: its values are the captured ones.
+    let calibrated = Probe {
+        base: Base::Calibrated,
+        overrides: Vec::new(),
+    };
+    let e2e = engine.run_probes(
+        &[calibrated],
+        &all_slots,
+        samples,
+        |view| reduce(view, &all_slots),
+        &tick,
+    )?;
+    // One call per node: the wanted values must be the node's own outputs, else the
+    // incremental run would re-run everything downstream of it. The calls run in
+    // parallel; the captures they start from are cached by the call above when the
+    // budget allows.
+    let per_layer = engine.session().install(|| {
+        nodes
+            .par_iter()
+            .map(|n| {
+                engine.run_probes(
+                    &[Probe::float_with_on(&n.cals)],
+                    &n.slots,
+                    samples,
+                    |view| reduce(view, &n.slots),
+                    &tick,
+                )
+            })
+            .collect::<Result<Vec<_>, EngineError>>()
+    })?;
+    let mut timings = e2e.timings;
+    for r in &per_layer {
+        add_timings(&mut timings, &r.timings);
+    }
+
+    // values[sample][slot index][metric] → mean over samples, then over outputs.
+    let aggregate = |values: &[Vec<Vec<f64>>], offset: usize, count: usize, metric: usize| {
+        let per_output: Vec<Vec<f64>> = (offset..offset + count)
+            .map(|o| values.iter().map(|s| s[o][metric]).collect())
+            .collect();
+        hmct_metrics::aggregate(&per_output)
+    };
+    let plan = engine.plan();
+    let mut offset = 0;
+    let rows = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let count = n.slots.len();
+            let end_to_end = Errors {
+                cosine: aggregate(&e2e.values[0], offset, count, 0),
+                mse: aggregate(&e2e.values[0], offset, count, 1),
+            };
+            let per_layer = Errors {
+                cosine: aggregate(&per_layer[i].values[0], 0, count, 0),
+                mse: aggregate(&per_layer[i].values[0], 0, count, 1),
+            };
+            offset += count;
+            PrecisionRow {
+                node: model.node_name(n.id).to_string(),
+                op_type: model.node(n.id).op_type().to_string(),
+                outputs: n
+                    .slots
+                    .iter()
+                    .map(|&s| engine.value_name(s).to_string())
+                    .collect(),
+                calibrations: n
+                    .cals
+                    .iter()
+                    .map(|&c| plan.calibrations()[c].name.clone())
+                    .collect(),
+                amplification_cosine: amplification(
+                    cosine_error(end_to_end.cosine),
+                    cosine_error(per_layer.cosine),
+                    COSINE_ERROR_FLOOR,
+                ),
+                amplification_mse: amplification(end_to_end.mse, per_layer.mse, 0.0),
+                end_to_end,
+                per_layer,
+            }
+        })
+        .collect();
+    Ok(PrecisionTable {
+        data_num: samples,
+        rows,
+        timings,
+    })
+}
+
+/// Sums the parts of `b` into `a` (the wall times of parallel calls overlap, so the
+/// sum is an upper bound of the wall time).
+fn add_timings(a: &mut Timings, b: &Timings) {
+    a.capture += b.capture;
+    a.probes += b.probes;
+    a.probe_runs += b.probe_runs;
+    a.reduce += b.reduce;
+    a.tasks += b.tasks;
+    a.captures += b.captures;
+}
+
+/// `1 − cosine`, never below 0 (a cosine a rounding step above 1 is no error).
+fn cosine_error(cosine: f64) -> f64 {
+    (1.0 - cosine).max(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn amplification_rules() {
+        assert_eq!(amplification(0.2, 0.1, 0.0), Some(2.0));
+        assert_eq!(amplification(0.05, 0.1, 0.0), Some(0.5));
+        assert_eq!(amplification(0.1, 0.0, 0.0), Some(f64::INFINITY));
+        assert_eq!(amplification(0.0, 0.0, 0.0), None);
+        assert_eq!(amplification(f64::NAN, 0.1, 0.0), None);
+        // Noise under the floor is zero on both sides.
+        assert_eq!(amplification(1e-3, 1e-15, 1e-12), Some(f64::INFINITY));
+        assert_eq!(amplification(1e-15, 1e-14, 1e-12), None);
+        assert_eq!(cosine_error(1.0 + 1e-16), 0.0);
+    }
+}
