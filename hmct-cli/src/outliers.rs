@@ -1,0 +1,134 @@
+//! `hmct-debugger outliers MODEL DATA`: per activation calibration node, the share of
+//! sparse channels and of channels whose max sits 3..6 binary orders below the
+//! tensor's max, flagging tensors where per-tensor int8 wastes most of its range
+//! (definitions in `hmct_debug::outliers`). Prints the table; `--json FILE` writes
+//! the result.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use hmct_debug::engine::{Engine, EngineError, EngineOptions};
+use hmct_debug::outliers::{OutliersOptions, outliers};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::UsageError;
+
+/// Arguments of `outliers`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The calibrated ONNX model.
+    pub model: PathBuf,
+    /// Calibration-data folder: one sub-folder per model input with 0.npy, 1.npy, ...
+    pub data: PathBuf,
+    /// Use the first N samples (default: all); ratios are averaged over them.
+    #[arg(short = 'd', long = "data_num", visible_alias = "data-num")]
+    pub data_num: Option<usize>,
+    /// Channel axis of the activations (negative counts from the end).
+    #[arg(short = 'a', long = "axis", default_value_t = 1, allow_negative_numbers = true)]
+    pub axis: i64,
+    /// Flag a tensor when at least this share of its channels is at level >= 3.
+    #[arg(long = "flag_ratio", visible_alias = "flag-ratio", default_value_t = 0.5)]
+    pub flag_ratio: f64,
+    /// Also write the result as JSON here.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Worker threads (0 = all cores). Results do not depend on it.
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Memory for cached activations in MB (default: half the available memory).
+    #[arg(long = "cache-mb", visible_alias = "cache_mb", value_name = "MB")]
+    pub cache_mb: Option<usize>,
+}
+
+pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
+    if args.data_num == Some(0) {
+        return Err(UsageError("data_num must be at least 1".into()).into());
+    }
+    if !(0.0..=1.0).contains(&args.flag_ratio) {
+        return Err(UsageError(format!(
+            "flag_ratio must be between 0 and 1, got {}",
+            args.flag_ratio
+        ))
+        .into());
+    }
+    let model = hmct_ir::load_model(&args.model)?;
+    let cache_bytes = args
+        .cache_mb
+        .unwrap_or_else(default_cache_mb)
+        .saturating_mul(1 << 20);
+    let engine = Engine::new(
+        model,
+        &args.data,
+        &EngineOptions {
+            threads: args.threads,
+            cache_bytes: Some(cache_bytes),
+        },
+    )
+    .with_context(|| format!("{}", args.model.display()))?;
+    let bar = progress_bar();
+    let progress = |_done: usize, total: usize| {
+        bar.set_length(total as u64);
+        bar.inc(1);
+    };
+    let result = outliers(
+        &engine,
+        &OutliersOptions {
+            data_num: args.data_num,
+            axis: args.axis,
+            flag_ratio: args.flag_ratio,
+        },
+        &progress,
+    );
+    bar.finish_and_clear();
+    let result = result.map_err(|e| match e {
+        EngineError::DataNum { .. } | EngineError::ZeroDataNum => {
+            UsageError(e.to_string()).into()
+        }
+        e => anyhow::Error::from(e),
+    })?;
+    if let Some(path) = &args.json {
+        let mut json = serde_json::to_vec_pretty(&result)?;
+        json.push(b'\n');
+        hmct_ir::write_atomic(path, &json)?;
+    }
+    out.write_all(result.table().render().as_bytes())
+        .context("writing to stdout")?;
+    let flagged = result.rows.iter().filter(|r| r.flagged).count();
+    writeln!(
+        out,
+        "level >= k: the channel's max is at most 1/2^k of the tensor's, so per-tensor quantization leaves it k bits fewer. * = at least {} of the channels at level >= 3 ({flagged} of {} tensors). {} sample(s), channel axis {}.",
+        args.flag_ratio,
+        result.rows.len(),
+        result.data_num,
+        result.axis
+    )
+    .context("writing to stdout")?;
+    for s in &result.skipped {
+        writeln!(out, "skipped {}: {}", s.name, s.reason).context("writing to stdout")?;
+    }
+    Ok(())
+}
+
+fn progress_bar() -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr()).with_style(
+        ProgressStyle::with_template("samples {bar:30} {pos}/{len} ({elapsed}, eta {eta})")
+            .expect("a valid template"),
+    )
+}
+
+/// Half the available memory, from /proc/meminfo; 2 GB when unknown.
+fn default_cache_mb() -> usize {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemAvailable:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<usize>().ok())
+        })
+        .map_or(2048, |kb| kb / 1024 / 2)
+}
