@@ -847,6 +847,14 @@ impl ConvTransposeKernel {
         let (in_vol, out_vol, k_vol) = (xin.iter().product::<usize>(), g3.in_vol(), g3.k_vol());
         let mut shape = vec![n, m];
         shape.extend_from_slice(&out);
+        let tiled = g3.kernel == g3.stride
+            && g3.dil == [1, 1, 1]
+            && pad == [0, 0, 0]
+            && (0..3).all(|a| g3.input[a] == xin[a] * g3.stride[a]);
+        if tiled && n * m * out_vol > 0 {
+            let y = transpose_tiled(x, w, bias, n, group, cg, mg, &g3, xin);
+            return Ok((y, shape));
+        }
         let mut y = vec![T::zero(); n * m * out_vol];
         if let Some(b) = bias {
             for (i, plane) in y.chunks_mut(out_vol.max(1)).enumerate() {
@@ -893,6 +901,101 @@ impl ConvTransposeKernel {
         });
         Ok((y, shape))
     }
+}
+
+/// Input rows (d, h pairs) per task of [`transpose_tiled`]: enough columns for an
+/// efficient GEMM while the columns block stays in L2.
+const TILED_COLS: usize = 1024;
+
+/// ConvTranspose whose windows tile the output without overlap (kernel = stride, no
+/// padding or dilation): every output element receives exactly one tap, so a block of
+/// input rows is multiplied into a small column buffer and scattered straight to its
+/// output rows, with no full-size column matrix and no accumulation pass. Tasks are
+/// (image, group, row block) triples fixed by the shapes. Each output is `init + v`
+/// with `init` the bias or zero, the same arithmetic as the general path's col2im.
+#[allow(clippy::too_many_arguments)]
+fn transpose_tiled<T: Scalar>(
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+    n: usize,
+    group: usize,
+    cg: usize,
+    mg: usize,
+    g: &Win3,
+    xin: [usize; 3],
+) -> Vec<T> {
+    let m = mg * group;
+    let [id_n, ih_n, iw_n] = xin;
+    let [_, oh_n, ow_n] = g.input;
+    let [kd, kh, kw] = g.kernel;
+    let (in_vol, out_vol, k_vol) = (id_n * ih_n * iw_n, g.in_vol(), g.k_vol());
+    let rows = mg * k_vol;
+    let in_rows = id_n * ih_n;
+    let rows_per_task = (TILED_COLS / iw_n.max(1)).clamp(1, in_rows);
+    let chunks = in_rows.div_ceil(rows_per_task);
+    let mut y = vec![T::zero(); n * m * out_vol];
+    let yp = SendPtr(y.as_mut_ptr());
+    let task = |buf: &mut Vec<T>, t: usize| {
+        let chunk = t % chunks;
+        let (b, gi) = (t / chunks / group, t / chunks % group);
+        let r0 = chunk * rows_per_task;
+        let r1 = (r0 + rows_per_task).min(in_rows);
+        let cols = (r1 - r0) * iw_n;
+        buf.resize(rows * cols, T::zero());
+        let xg = &x[(b * group * cg + gi * cg) * in_vol + r0 * iw_n..];
+        let wg = &w[gi * cg * rows..][..cg * rows];
+        gu::gemm_serial(
+            rows,
+            cols,
+            cg,
+            MatRef::transposed(wg, rows),
+            MatRef {
+                data: xg,
+                rs: in_vol,
+                cs: 1,
+            },
+            buf,
+            cols,
+            false,
+            T::one(),
+        );
+        let yp = yp;
+        for mo in 0..mg {
+            let ch = gi * mg + mo;
+            let init = bias.map_or(T::zero(), |bv| bv[ch]);
+            // SAFETY: this task alone writes the output rows of input rows [r0, r1)
+            // of channel `ch` of image `b` (windows do not overlap), inside `y`.
+            let plane = unsafe {
+                std::slice::from_raw_parts_mut(yp.0.add((b * m + ch) * out_vol), out_vol)
+            };
+            for r in r0..r1 {
+                let (id, ih) = (r / ih_n, r % ih_n);
+                for a in 0..kd {
+                    for bb in 0..kh {
+                        let od = id * kd + a;
+                        let oh = ih * kh + bb;
+                        let orow = &mut plane[(od * oh_n + oh) * ow_n..][..ow_n];
+                        for cc in 0..kw {
+                            let k = (a * kh + bb) * kw + cc;
+                            let src = &buf[(mo * k_vol + k) * cols + (r - r0) * iw_n..][..iw_n];
+                            for (o, &v) in orow[cc..].iter_mut().step_by(kw).zip(src) {
+                                *o = init + v;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    let tasks = n * group * chunks;
+    if tasks == 1 || n * m * out_vol * cg < (1 << 20) {
+        let mut buf = Vec::new();
+        (0..tasks).for_each(|t| task(&mut buf, t));
+    } else {
+        (0..tasks).into_par_iter().for_each_init(Vec::new, task);
+    }
+    y
 }
 
 /// Adds the columns of one output channel (`[k_vol, in_vol]`) into its output plane.
