@@ -2,10 +2,14 @@
 //! error, distributions, channel-wise statistics, sensitivity analysis, runall, and
 //! calibration of float models.
 
+pub mod acc_error;
 pub mod calibrate;
+pub mod channelwise;
+pub mod distribution;
 pub mod engine;
 pub mod info;
 pub mod outliers;
 pub mod precision_table;
+pub mod runall;
 pub mod sensitivity;
 pub mod sensitivity_analysis;

@@ -107,6 +107,43 @@ pub(crate) fn bin_counts(values: &[f32], lo: f64, hi: f64, bins: usize) -> Vec<u
     counts
 }
 
+/// The bins a [`Histogram`] of these series draws: `bins + 1` equal-width edges spanning
+/// the finite values of all series (a single distinct value gets a small range around
+/// it), and each series' counts on them. `None` when there is no finite value or no
+/// bin. Callers that report the numbers behind a figure use this to report exactly
+/// what is drawn.
+pub fn histogram_bins(series: &[&[f32]], bins: usize) -> Option<(Vec<f64>, Vec<Vec<u64>>)> {
+    if bins == 0 {
+        return None;
+    }
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    for v in series
+        .iter()
+        .flat_map(|s| s.iter())
+        .map(|v| f64::from(*v))
+        .filter(|v| v.is_finite())
+    {
+        lo = lo.min(v);
+        hi = hi.max(v);
+    }
+    if !lo.is_finite() {
+        return None;
+    }
+    let (blo, bhi) = if hi > lo {
+        (lo, hi)
+    } else {
+        draw::padded_range(lo, hi, 0.0)
+    };
+    let edges: Vec<f64> = (0..=bins)
+        .map(|k| blo + (bhi - blo) * k as f64 / bins as f64)
+        .collect();
+    let counts = series
+        .iter()
+        .map(|s| bin_counts(s, blo, bhi, bins))
+        .collect();
+    Some((edges, counts))
+}
+
 struct HistScene<'a> {
     spec: &'a Histogram,
     colors: Vec<Rgb>,
@@ -136,18 +173,8 @@ impl<'a> HistScene<'a> {
         }
         let mut skipped = 0;
         let mut notes = Vec::new();
-        let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
         for s in &spec.series {
-            let mut bad = 0;
-            for v in &s.values {
-                let v = f64::from(*v);
-                if v.is_finite() {
-                    lo = lo.min(v);
-                    hi = hi.max(v);
-                } else {
-                    bad += 1;
-                }
-            }
+            let bad = s.values.iter().filter(|v| !v.is_finite()).count();
             if bad > 0 {
                 skipped += bad;
                 notes.push(format!(
@@ -156,28 +183,16 @@ impl<'a> HistScene<'a> {
                 ));
             }
         }
-        if !lo.is_finite() {
+        let values: Vec<&[f32]> = spec.series.iter().map(|s| s.values.as_slice()).collect();
+        let Some((edges, counts)) = histogram_bins(&values, spec.bins) else {
             let total: usize = spec.series.iter().map(|s| s.values.len()).sum();
             return Err(if total == 0 {
                 PlotError::EmptyData("every histogram series is empty".into())
             } else {
                 PlotError::NoFiniteData("every histogram value is NaN or infinite".into())
             });
-        }
-        let (blo, bhi) = if hi > lo {
-            (lo, hi)
-        } else {
-            draw::padded_range(lo, hi, 0.0)
         };
-        let bins = spec.bins;
-        let edges: Vec<f64> = (0..=bins)
-            .map(|k| blo + (bhi - blo) * k as f64 / bins as f64)
-            .collect();
-        let counts: Vec<Vec<u64>> = spec
-            .series
-            .iter()
-            .map(|s| bin_counts(&s.values, blo, bhi, bins))
-            .collect();
+        let (blo, bhi) = (edges[0], edges[edges.len() - 1]);
         let max_count = counts.iter().flatten().copied().max().unwrap_or(0).max(1) as f64;
 
         // The x range also covers the threshold and the marker, so they are never lost
@@ -366,6 +381,95 @@ impl Scene for HistScene<'_> {
             (axes.bottom - axes.top) as u32,
         )?;
         draw::draw_title(root, axes, &self.spec.figure.title)
+    }
+}
+
+/// Several histograms side by side under one title (e.g. values on the left and their
+/// differences, on a scale of their own, on the right).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistogramRow {
+    pub title: String,
+    /// Each panel keeps its own title, axes and legend.
+    pub panels: Vec<Histogram>,
+}
+
+/// Draws `spec` to `path`: each panel as [`histogram`] would, left to right, below the
+/// common title. Fails if any panel cannot be drawn.
+pub fn histogram_row(
+    spec: &HistogramRow,
+    path: &Path,
+    format: Format,
+) -> Result<RenderInfo, PlotError> {
+    if spec.panels.is_empty() {
+        return Err(PlotError::EmptyData("histogram row has no panels".into()));
+    }
+    let mut scenes = Vec::new();
+    let mut skipped = 0;
+    let mut notes = Vec::new();
+    for panel in &spec.panels {
+        let (scene, s, n) = HistScene::new(panel)?;
+        scenes.push(scene);
+        skipped += s;
+        notes.extend(n);
+    }
+    let top = if spec.title.is_empty() {
+        0
+    } else {
+        Margins::title_height()
+    };
+    let width = scenes.iter().map(|s| s.size.0).sum();
+    let height = top + scenes.iter().map(|s| s.size.1).max().unwrap_or(0);
+    let scene = RowScene {
+        title: &spec.title,
+        scenes,
+        top,
+        size: (width, height),
+    };
+    let (width, height) = render(&scene, path, format)?;
+    Ok(RenderInfo {
+        path: path.to_path_buf(),
+        format,
+        width,
+        height,
+        skipped_non_finite: skipped,
+        notes,
+    })
+}
+
+struct RowScene<'a> {
+    title: &'a str,
+    scenes: Vec<HistScene<'a>>,
+    top: u32,
+    size: (u32, u32),
+}
+
+impl Scene for RowScene<'_> {
+    fn size(&self) -> (u32, u32) {
+        self.size
+    }
+
+    fn title(&self) -> &str {
+        self.title
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> draw::DrawResult<DB> {
+        let mut x = 0;
+        for scene in &self.scenes {
+            let area = root
+                .clone()
+                .shrink((x, self.top), (scene.size.0, scene.size.1));
+            scene.draw(&area)?;
+            x += scene.size.0;
+        }
+        let whole = Axes {
+            left: 0,
+            top: 0,
+            right: self.size.0 as i32,
+            bottom: self.size.1 as i32,
+            x: Scale::linear(0.0, 1.0),
+            y: Scale::linear(0.0, 1.0),
+        };
+        draw::draw_title(root, &whole, self.title)
     }
 }
 

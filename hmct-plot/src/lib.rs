@@ -1,5 +1,6 @@
-//! Figures for the debugger: line charts over node names, overlaid histograms and
-//! per-channel box plots. Takes plain series and statistics, knows nothing of ONNX.
+//! Figures for the debugger: line charts over node names, overlaid histograms (alone or
+//! as a row of panels) and per-channel box plots. Takes plain series and statistics,
+//! knows nothing of ONNX.
 //!
 //! Every figure is a function taking a plain-data spec, an output path and a
 //! [`Format`]; it renders in memory, writes a temp file in the target folder and renames
@@ -24,5 +25,7 @@ pub use boxplot::{BoxPlot, BoxStats, box_plot, channel_stats};
 pub use draw::{LineKind, Marker};
 pub use error::PlotError;
 pub use figure::{Figure, Format, RenderInfo, Rgb};
-pub use histogram::{HistSeries, Histogram, VLine, histogram};
+pub use histogram::{
+    HistSeries, Histogram, HistogramRow, VLine, histogram, histogram_bins, histogram_row,
+};
 pub use line::{Baseline, LineChart, LineSeries, line_chart};

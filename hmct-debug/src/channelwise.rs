@@ -1,0 +1,398 @@
+//! `get-channelwise-data-distribution` (DEBUGGER.md §6): per-channel statistics of a
+//! calibration node's input, drawn as one box per channel.
+//!
+//! A weight calibration node is looked at through its float weight, channel axis = the
+//! node's `axis` attribute (0 when absent); an activation calibration node through its
+//! input in the float model on the first sample, channel axis 1. `axis` overrides both
+//! (negative values count from the end). Quartiles interpolate linearly as numpy
+//! does; whiskers reach the furthest values within 1.5 IQR and the values beyond are
+//! outliers, as matplotlib draws a box plot.
+//!
+//! [`get_channelwise_data_distribution`] returns the statistics;
+//! [`write_channelwise`] draws `<node>_boxplot` and writes the statistics as
+//! `<node>_channel_stats.csv` (channel, count, min, q1, median, mean, q3, max, max|x|).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use hmct_ir::TensorType;
+use hmct_plot::{BoxPlot, BoxStats, Figure, Format};
+use hmct_quant::Base;
+use serde::Serialize;
+
+use crate::acc_error::JsonFloat;
+use crate::distribution::{file_safe, to_f32};
+use crate::engine::{Engine, EngineError, NodeRef, quote_list};
+
+/// The arguments of [`get_channelwise_data_distribution`].
+#[derive(Clone, Debug)]
+pub struct ChannelwiseOptions {
+    /// Calibration nodes (weight or activation).
+    pub nodes: Vec<String>,
+    /// The channel axis for every node (`None`: per node, see the module docs).
+    pub axis: Option<i64>,
+    /// The sample whose activations are looked at (the first by default).
+    pub sample: usize,
+    /// Outliers kept per channel for drawing (the extremes always are); the
+    /// statistics always use every value.
+    pub max_outliers: usize,
+}
+
+impl Default for ChannelwiseOptions {
+    fn default() -> Self {
+        ChannelwiseOptions {
+            nodes: Vec::new(),
+            axis: None,
+            sample: 0,
+            max_outliers: BoxStats::DEFAULT_MAX_OUTLIERS,
+        }
+    }
+}
+
+/// Errors of the analysis and of writing its files.
+#[derive(Debug, thiserror::Error)]
+pub enum ChannelwiseError {
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error("nodes_list is empty: give weight or activation calibration nodes")]
+    NoNodes,
+    #[error("{}", describe_not_calibration(.0))]
+    NotCalibration(Vec<(String, Vec<String>)>),
+    #[error("axis {axis} is out of range for '{node}', whose input has shape {shape:?}")]
+    AxisOutOfRange {
+        node: String,
+        axis: i64,
+        shape: Vec<usize>,
+    },
+    #[error("sample {sample} does not exist: the data has {available} sample(s)")]
+    NoSample { sample: usize, available: usize },
+    #[error("the input of '{node}' is {dtype}: only numeric values can be plotted")]
+    NotNumeric { node: String, dtype: String },
+    #[error("'{node}': {message}")]
+    Stats { node: String, message: String },
+    #[error("cannot create folder {}: {source}", path.display())]
+    CreateDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Plot(#[from] hmct_plot::PlotError),
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: hmct_ir::IrError,
+    },
+}
+
+impl ChannelwiseError {
+    /// True for mistakes in the arguments.
+    pub fn is_usage(&self) -> bool {
+        match self {
+            ChannelwiseError::Engine(e) => matches!(e, EngineError::UnknownNodes(_)),
+            ChannelwiseError::NoNodes
+            | ChannelwiseError::NotCalibration(_)
+            | ChannelwiseError::AxisOutOfRange { .. }
+            | ChannelwiseError::NoSample { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+fn describe_not_calibration(items: &[(String, Vec<String>)]) -> String {
+    let parts: Vec<String> = items
+        .iter()
+        .map(|(name, cals)| {
+            if cals.is_empty() {
+                format!("'{name}' (a regular node without calibration nodes)")
+            } else {
+                format!(
+                    "'{name}' (a regular node; its input calibration nodes are {})",
+                    quote_list(cals).replace(" or ", " and ")
+                )
+            }
+        })
+        .collect();
+    let noun = if items.len() == 1 {
+        "is not a calibration node"
+    } else {
+        "are not calibration nodes"
+    };
+    format!("{} {noun}", parts.join(", "))
+}
+
+/// The statistics of one channel.
+#[derive(Clone, Debug, Serialize)]
+pub struct ChannelStats {
+    pub channel: usize,
+    /// Finite values.
+    pub count: usize,
+    #[serde(serialize_with = "json_f64")]
+    pub min: f64,
+    #[serde(serialize_with = "json_f64")]
+    pub q1: f64,
+    #[serde(serialize_with = "json_f64")]
+    pub median: f64,
+    #[serde(serialize_with = "json_f64")]
+    pub mean: f64,
+    #[serde(serialize_with = "json_f64")]
+    pub q3: f64,
+    #[serde(serialize_with = "json_f64")]
+    pub max: f64,
+    #[serde(serialize_with = "json_f64")]
+    pub max_abs: f64,
+    #[serde(serialize_with = "json_f64")]
+    pub whisker_low: f64,
+    #[serde(serialize_with = "json_f64")]
+    pub whisker_high: f64,
+    /// How many values lie beyond the whiskers.
+    pub outliers_total: usize,
+    /// A sample of them (the extremes always), ascending.
+    pub outliers: Vec<f64>,
+    pub non_finite: usize,
+}
+
+impl ChannelStats {
+    fn from_box(channel: usize, b: BoxStats) -> ChannelStats {
+        ChannelStats {
+            channel,
+            count: b.count,
+            min: b.min,
+            q1: b.q1,
+            median: b.median,
+            mean: b.mean,
+            q3: b.q3,
+            max: b.max,
+            max_abs: b.min.abs().max(b.max.abs()),
+            whisker_low: b.whisker_low,
+            whisker_high: b.whisker_high,
+            outliers_total: b.outliers_total,
+            outliers: b.outliers,
+            non_finite: b.non_finite,
+        }
+    }
+
+    fn to_box(&self) -> BoxStats {
+        BoxStats {
+            count: self.count,
+            min: self.min,
+            max: self.max,
+            whisker_low: self.whisker_low,
+            q1: self.q1,
+            median: self.median,
+            mean: self.mean,
+            q3: self.q3,
+            whisker_high: self.whisker_high,
+            outliers: self.outliers.clone(),
+            outliers_total: self.outliers_total,
+            non_finite: self.non_finite,
+        }
+    }
+}
+
+/// Weight or activation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChannelwiseKind {
+    Weight,
+    Activation,
+}
+
+/// One calibration node's channels.
+#[derive(Clone, Debug, Serialize)]
+pub struct ChannelwiseItem {
+    pub node: String,
+    pub kind: ChannelwiseKind,
+    /// The tensor summarised (the node's input).
+    pub tensor: String,
+    pub shape: Vec<usize>,
+    /// The channel axis used (non-negative).
+    pub axis: usize,
+    /// File name without extension (`<node>_boxplot`).
+    pub file_stem: String,
+    pub channels: Vec<ChannelStats>,
+}
+
+/// The result of [`get_channelwise_data_distribution`], in the order of the nodes.
+#[derive(Clone, Debug, Serialize)]
+pub struct ChannelwiseDistributions {
+    pub sample: usize,
+    pub items: Vec<ChannelwiseItem>,
+}
+
+/// Per-channel statistics of each node's input.
+pub fn get_channelwise_data_distribution(
+    engine: &Engine,
+    options: &ChannelwiseOptions,
+) -> Result<ChannelwiseDistributions, ChannelwiseError> {
+    if options.nodes.is_empty() {
+        return Err(ChannelwiseError::NoNodes);
+    }
+    let refs = engine.lookup_all(&options.nodes)?;
+    let mut not_calibration = Vec::new();
+    let mut targets = Vec::new();
+    for (name, r) in options.nodes.iter().zip(refs) {
+        match r {
+            NodeRef::Calibration { id, index } => targets.push((name, id, index)),
+            NodeRef::Regular(id) => not_calibration.push((
+                name.clone(),
+                engine
+                    .input_calibrations(id)
+                    .into_iter()
+                    .map(|c| engine.plan().calibrations()[c].name.clone())
+                    .collect(),
+            )),
+        }
+    }
+    if !not_calibration.is_empty() {
+        return Err(ChannelwiseError::NotCalibration(not_calibration));
+    }
+    let available = engine.available_samples();
+    let sample = options.sample;
+    let model = engine.model();
+    let is_weight = |id| {
+        model
+            .calibration(id)
+            .is_some_and(|c| c.tensor_type() == TensorType::Weight)
+    };
+    // Constant inputs (weights) need no data: the data is only read when some input
+    // is computed.
+    let plan = engine.plan();
+    let needs_run = targets
+        .iter()
+        .any(|(_, _, index)| plan.constant(plan.calibrations()[*index].input).is_none());
+    let float = if needs_run {
+        if sample >= available {
+            return Err(ChannelwiseError::NoSample { sample, available });
+        }
+        engine.capture(sample, Base::Float)?
+    } else {
+        Default::default()
+    };
+    let session = engine.session();
+    let mut items = Vec::new();
+    for (name, id, index) in targets {
+        let cal = &engine.plan().calibrations()[index];
+        let weight = is_weight(id);
+        let input = session
+            .value(&float, cal.input)
+            .map_err(EngineError::from)?;
+        let shape = input.shape().to_vec();
+        let values = to_f32(&input).ok_or_else(|| ChannelwiseError::NotNumeric {
+            node: name.clone(),
+            dtype: input.dtype().to_string(),
+        })?;
+        let default_axis = if weight {
+            model.calibration(id).and_then(|c| c.axis()).unwrap_or(0)
+        } else {
+            1
+        };
+        let requested = options.axis.unwrap_or(default_axis);
+        let rank = shape.len() as i64;
+        let axis = if requested < 0 {
+            requested + rank
+        } else {
+            requested
+        };
+        if axis < 0 || axis >= rank {
+            return Err(ChannelwiseError::AxisOutOfRange {
+                node: name.clone(),
+                axis: requested,
+                shape,
+            });
+        }
+        let axis = axis as usize;
+        let boxes =
+            hmct_plot::channel_stats(&values, &shape, axis, options.max_outliers).map_err(|e| {
+                ChannelwiseError::Stats {
+                    node: name.clone(),
+                    message: e.to_string(),
+                }
+            })?;
+        items.push(ChannelwiseItem {
+            node: name.clone(),
+            kind: if weight {
+                ChannelwiseKind::Weight
+            } else {
+                ChannelwiseKind::Activation
+            },
+            tensor: engine.value_name(cal.input).to_string(),
+            file_stem: format!("{}_boxplot", file_safe(name)),
+            shape,
+            axis,
+            channels: boxes
+                .into_iter()
+                .enumerate()
+                .map(|(c, b)| ChannelStats::from_box(c, b))
+                .collect(),
+        });
+    }
+    Ok(ChannelwiseDistributions { sample, items })
+}
+
+/// The box plot of an item, as drawn by [`write_channelwise`].
+pub fn item_spec(item: &ChannelwiseItem) -> BoxPlot {
+    let what = match item.kind {
+        ChannelwiseKind::Weight => "float weight",
+        ChannelwiseKind::Activation => "float input",
+    };
+    let title = format!(
+        "Per-channel distribution of the {what} of {} (shape {:?}, axis {}, {} channels)",
+        item.node,
+        item.shape,
+        item.axis,
+        item.channels.len()
+    );
+    BoxPlot {
+        figure: Figure::new(title, "channel", "value"),
+        boxes: item.channels.iter().map(ChannelStats::to_box).collect(),
+        labels: None,
+    }
+}
+
+/// The CSV of an item: a header and one row per channel.
+pub fn item_csv(item: &ChannelwiseItem) -> String {
+    let mut csv = String::from("channel,count,min,q1,median,mean,q3,max,max_abs\n");
+    for c in &item.channels {
+        let _ = writeln!(
+            csv,
+            "{},{},{},{},{},{},{},{},{}",
+            c.channel, c.count, c.min, c.q1, c.median, c.mean, c.q3, c.max, c.max_abs
+        );
+    }
+    csv
+}
+
+/// Writes `<node>_boxplot.<ext>` and `<node>_channel_stats.csv` per item into `dir`
+/// (created if missing) and returns the paths, in order. Each file is written to a
+/// temporary name and renamed.
+pub fn write_channelwise(
+    result: &ChannelwiseDistributions,
+    dir: &Path,
+    format: Format,
+) -> Result<Vec<PathBuf>, ChannelwiseError> {
+    std::fs::create_dir_all(dir).map_err(|source| ChannelwiseError::CreateDir {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let mut written = Vec::new();
+    for item in &result.items {
+        let image = dir.join(format!("{}.{}", item.file_stem, format.extension()));
+        hmct_plot::box_plot(&item_spec(item), &image, format)?;
+        written.push(image);
+        let csv = dir.join(format!("{}_channel_stats.csv", file_safe(&item.node)));
+        hmct_ir::write_atomic(&csv, item_csv(item).as_bytes()).map_err(|source| {
+            ChannelwiseError::Write {
+                path: csv.clone(),
+                source,
+            }
+        })?;
+        written.push(csv);
+    }
+    Ok(written)
+}
+
+fn json_f64<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+    JsonFloat(*v).serialize(s)
+}
