@@ -12,8 +12,10 @@
 
 mod calibration;
 mod constant;
+mod edit;
 mod error;
 mod model;
+mod qdq;
 mod qtype;
 mod search;
 #[cfg(feature = "testing")]
@@ -23,11 +25,15 @@ pub use calibration::{
     CALIBRATION_DOMAIN, CALIBRATION_OP, CalibrationInsert, CalibrationNode, CalibrationNodeMut,
     CalibrationSpec, is_calibration_node,
 };
+pub use edit::{
+    Change, Edit, EditError, EditReport, apply_edits, resolve, subgraph_nodes, suggest,
+};
 pub use error::IrError;
 pub use model::{
     Dim, Model, NodeId, ValueType, load_model, load_model_from_bytes, model_to_bytes, save_model,
     write_atomic,
 };
+pub use qdq::{QdqDomain, QdqError, QdqExport, QdqOptions, export_qdq};
 pub use qtype::{QType, TensorType};
 pub use search::{
     SKIPPABLE_OPS, consumer_label, find_input_calibration, find_output_calibration,

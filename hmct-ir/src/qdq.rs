@@ -1,0 +1,427 @@
+//! Export of a calibrated model as a standard QDQ model (HZCALIBRATION.md §3): every
+//! ON integer calibration node becomes QuantizeLinear → DequantizeLinear, float16
+//! a Cast pair, and OFF / float32 nodes disappear, so any ONNX runtime computes what
+//! our interpreter computes on the calibrated model.
+//!
+//! Which QuantizeLinear: the standard (default-domain) op takes `axis` from opset 13
+//! and 16-bit and 4-bit types from opset 21. The model's default-domain opset is never
+//! raised, because that would silently change the meaning of other ops; when it is
+//! too old for some node, onnxruntime's `com.microsoft` QuantizeLinear /
+//! DequantizeLinear (axis, 16 and 4 bits at any opset) are used for all nodes.
+
+use hmct_proto::onnx::{
+    AttributeProto, NodeProto, OperatorSetIdProto, TensorProto, attribute_proto::AttributeType,
+    tensor_proto::DataType,
+};
+use hmct_tensor::DType;
+
+use crate::{CALIBRATION_DOMAIN, Model, NodeId, QType};
+
+/// Domain of the QuantizeLinear / DequantizeLinear nodes written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QdqDomain {
+    /// The default ONNX domain (needs opset 13 for axis, 21 for 16/4-bit types).
+    Standard,
+    /// onnxruntime's contrib ops `com.microsoft` (any opset; onnxruntime only).
+    Microsoft,
+}
+
+impl QdqDomain {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QdqDomain::Standard => "",
+            QdqDomain::Microsoft => "com.microsoft",
+        }
+    }
+}
+
+/// How to export.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QdqOptions {
+    /// `None`: standard when the model's opset allows every node, else com.microsoft.
+    /// `Some(Standard)` fails when the opset is too old.
+    pub domain: Option<QdqDomain>,
+}
+
+/// The exported model and what was done.
+#[derive(Debug)]
+pub struct QdqExport {
+    pub model: Model,
+    pub domain: QdqDomain,
+    /// The model's default-domain opset (unchanged by the export).
+    pub opset: i64,
+    /// The lowest default-domain opset at which the standard ops would do.
+    pub standard_needs: i64,
+    /// Calibration nodes written as QuantizeLinear/DequantizeLinear.
+    pub quantized: usize,
+    /// float16 calibration nodes written as a Cast pair.
+    pub cast: usize,
+    /// OFF and float32 calibration nodes removed.
+    pub removed: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum QdqError {
+    #[error("calibration node '{node}': {message}")]
+    Unsupported { node: String, message: String },
+    #[error(
+        "the standard QuantizeLinear needs default-domain opset {needed} for this model (it declares {opset}); use the com.microsoft ops instead"
+    )]
+    OpsetTooOld { opset: i64, needed: i64 },
+    #[error(transparent)]
+    Ir(#[from] crate::IrError),
+}
+
+/// What one calibration node becomes.
+enum Plan {
+    Remove,
+    Cast,
+    Qdq {
+        dtype: DataType,
+        bits: u8,
+        scales: Vec<f32>,
+        zero_points: Vec<i64>,
+        axis: Option<i64>,
+    },
+}
+
+/// Rewrites every calibration node of `model` (see the module doc). Tensor names are
+/// kept: each replacement ends in the calibration node's output tensor.
+pub fn export_qdq(model: &Model, options: &QdqOptions) -> Result<QdqExport, QdqError> {
+    let ids = model.calibration_nodes();
+    let mut plans: Vec<(NodeId, Plan)> = Vec::with_capacity(ids.len());
+    let mut standard_needs = 10;
+    for &id in &ids {
+        let plan = plan_node(model, id)?;
+        if let Plan::Qdq { bits, axis, .. } = &plan {
+            if axis.is_some() {
+                standard_needs = standard_needs.max(13);
+            }
+            if *bits != 8 {
+                standard_needs = standard_needs.max(21);
+            }
+        }
+        plans.push((id, plan));
+    }
+    let opset = model
+        .opset("")
+        .or_else(|| model.opset("ai.onnx"))
+        .unwrap_or(1);
+    let domain = match options.domain {
+        Some(QdqDomain::Standard) if opset < standard_needs => {
+            return Err(QdqError::OpsetTooOld {
+                opset,
+                needed: standard_needs,
+            });
+        }
+        Some(d) => d,
+        None if opset >= standard_needs => QdqDomain::Standard,
+        None => QdqDomain::Microsoft,
+    };
+
+    let mut proto = model.proto().clone();
+    let graph = proto.graph.get_or_insert_with(Default::default);
+    let mut taken: std::collections::HashSet<String> = graph
+        .node
+        .iter()
+        .flat_map(|n| {
+            n.output
+                .iter()
+                .cloned()
+                .chain(std::iter::once(n.name().to_string()))
+        })
+        .chain(graph.initializer.iter().map(|t| t.name().to_string()))
+        .chain(graph.input.iter().map(|v| v.name().to_string()))
+        .collect();
+    let mut fresh = |base: String| {
+        let name = std::iter::once(base.clone())
+            .chain((1..).map(|k| format!("{base}_{k}")))
+            .find(|n| !taken.contains(n))
+            .expect("an unbounded sequence has a free name");
+        taken.insert(name.clone());
+        name
+    };
+
+    // Renames of removed nodes' outputs to their inputs, applied to readers below.
+    let mut renames: std::collections::HashMap<String, String> = Default::default();
+    let mut replacement: Vec<Option<Vec<NodeProto>>> = vec![None; graph.node.len()];
+    let (mut quantized, mut cast, mut removed) = (0, 0, 0);
+    for (id, plan) in plans {
+        let cal = model
+            .calibration(id)
+            .expect("calibration_nodes lists calibration nodes");
+        let (name, input, output) = (
+            cal.name(),
+            cal.input().to_string(),
+            cal.output().to_string(),
+        );
+        let nodes = match plan {
+            Plan::Remove if !model.is_graph_output(&output) => {
+                removed += 1;
+                renames.insert(output, input);
+                Vec::new()
+            }
+            Plan::Remove => {
+                removed += 1;
+                vec![node("Identity", "", name, vec![input], &output, vec![])]
+            }
+            Plan::Cast => {
+                cast += 1;
+                let half = fresh(format!("{name}_float16"));
+                vec![
+                    node(
+                        "Cast",
+                        "",
+                        &fresh(format!("{name}_to_float16")),
+                        vec![input],
+                        &half,
+                        vec![int_attr("to", DataType::Float16 as i64)],
+                    ),
+                    node(
+                        "Cast",
+                        "",
+                        name,
+                        vec![half],
+                        &output,
+                        vec![int_attr("to", DataType::Float as i64)],
+                    ),
+                ]
+            }
+            Plan::Qdq {
+                dtype,
+                bits: _,
+                scales,
+                zero_points,
+                axis,
+            } => {
+                quantized += 1;
+                let dims = if axis.is_some() {
+                    vec![scales.len() as i64]
+                } else {
+                    vec![]
+                };
+                let scale_name = fresh(format!("{name}_scale"));
+                let zp_name = fresh(format!("{name}_zero_point"));
+                let q_name = fresh(format!("{name}_quantized"));
+                graph.initializer.push(TensorProto {
+                    name: Some(scale_name.clone()),
+                    dims: dims.clone(),
+                    data_type: Some(DataType::Float as i32),
+                    float_data: scales,
+                    ..Default::default()
+                });
+                graph.initializer.push(TensorProto {
+                    name: Some(zp_name.clone()),
+                    dims,
+                    data_type: Some(dtype as i32),
+                    raw_data: Some(integer_bytes(dtype, &zero_points)),
+                    ..Default::default()
+                });
+                let attrs: Vec<AttributeProto> =
+                    axis.map(|a| int_attr("axis", a)).into_iter().collect();
+                let params = vec![scale_name, zp_name];
+                vec![
+                    node(
+                        "QuantizeLinear",
+                        domain.as_str(),
+                        &fresh(format!("{name}_quantize")),
+                        [vec![input], params.clone()].concat(),
+                        &q_name,
+                        attrs.clone(),
+                    ),
+                    node(
+                        "DequantizeLinear",
+                        domain.as_str(),
+                        name,
+                        [vec![q_name], params].concat(),
+                        &output,
+                        attrs,
+                    ),
+                ]
+            }
+        };
+        replacement[id] = Some(nodes);
+    }
+
+    let old_nodes = std::mem::take(&mut graph.node);
+    for (id, old) in old_nodes.into_iter().enumerate() {
+        match replacement[id].take() {
+            Some(nodes) => graph.node.extend(nodes),
+            None => graph.node.push(old),
+        }
+    }
+    for n in &mut graph.node {
+        for v in &mut n.input {
+            // A chain of removed nodes renames in several steps.
+            while let Some(to) = renames.get(v.as_str()) {
+                *v = to.clone();
+            }
+        }
+    }
+    graph.value_info.retain(|v| !renames.contains_key(v.name()));
+
+    let horizon_left = graph.node.iter().any(|n| n.domain() == CALIBRATION_DOMAIN);
+    if !horizon_left {
+        proto
+            .opset_import
+            .retain(|o| o.domain() != CALIBRATION_DOMAIN);
+    }
+    if domain == QdqDomain::Microsoft
+        && quantized > 0
+        && !proto
+            .opset_import
+            .iter()
+            .any(|o| o.domain() == "com.microsoft")
+    {
+        proto.opset_import.push(OperatorSetIdProto {
+            domain: Some("com.microsoft".into()),
+            version: Some(1),
+        });
+    }
+    let model = Model::from_proto(proto, model.base_dir().map(Into::into))?;
+    Ok(QdqExport {
+        model,
+        domain,
+        opset,
+        standard_needs,
+        quantized,
+        cast,
+        removed,
+    })
+}
+
+fn plan_node(model: &Model, id: NodeId) -> Result<Plan, QdqError> {
+    let cal = model.calibration(id).expect("a calibration node");
+    let unsupported = |message: String| QdqError::Unsupported {
+        node: cal.name().to_string(),
+        message,
+    };
+    if let Some(extra) = cal
+        .node()
+        .output
+        .iter()
+        .skip(1)
+        .find(|o| !o.is_empty() && (!model.consumers(o).is_empty() || model.is_graph_output(o)))
+    {
+        return Err(unsupported(format!(
+            "its extra output '{extra}' is used; a QDQ pair has one output"
+        )));
+    }
+    if !cal.switch_on() {
+        return Ok(Plan::Remove);
+    }
+    let qtype = cal.qtype();
+    if let Some(dtype) = model.value_type(cal.input()).and_then(|t| t.dtype())
+        && dtype != DType::F32
+        && qtype != QType::Float32
+    {
+        return Err(unsupported(format!(
+            "input is {dtype}; only float32 tensors are exported"
+        )));
+    }
+    let (bits, signed) = match qtype {
+        QType::Float32 => return Ok(Plan::Remove),
+        QType::Float16 => return Ok(Plan::Cast),
+        QType::Unknown(s) => return Err(unsupported(format!("qtype '{s}' is not supported"))),
+        QType::Int { bits, signed } => (bits, signed),
+    };
+    let dtype = match (bits, signed) {
+        (8, true) => DataType::Int8,
+        (8, false) => DataType::Uint8,
+        (16, true) => DataType::Int16,
+        (16, false) => DataType::Uint16,
+        (4, true) => DataType::Int4,
+        (4, false) => DataType::Uint4,
+        _ => {
+            return Err(unsupported(format!(
+                "{qtype} has no QuantizeLinear type (int4/8/16, uint4/8/16)"
+            )));
+        }
+    };
+    cal.validate()?;
+    let scales = cal.scales();
+    let zero_points = cal.zero_point();
+    let axis = cal.is_per_channel().then(|| cal.axis().unwrap_or(1));
+    if cal.is_per_channel() && cal.group() > 1 {
+        let transposed = model
+            .consumers(cal.output())
+            .iter()
+            .any(|&c| model.node(c).op_type() == "ConvTranspose");
+        if transposed {
+            return Err(unsupported(
+                "per-channel weight of a grouped ConvTranspose: its channels are not one axis of the tensor".into(),
+            ));
+        }
+    }
+    if axis.is_none() && (scales.len() != 1 || zero_points.len() != 1) {
+        return Ok(Plan::Qdq {
+            dtype,
+            bits,
+            scales: scales[..1].to_vec(),
+            zero_points: zero_points[..1.min(zero_points.len())].to_vec(),
+            axis,
+        });
+    }
+    if zero_points.len() != scales.len() {
+        return Err(unsupported(format!(
+            "{} zero points for {} scales",
+            zero_points.len(),
+            scales.len()
+        )));
+    }
+    Ok(Plan::Qdq {
+        dtype,
+        bits,
+        scales,
+        zero_points,
+        axis,
+    })
+}
+
+/// Little-endian raw data of integer tensors; 4-bit values two to a byte, low
+/// nibble first, as ONNX packs them.
+fn integer_bytes(dtype: DataType, values: &[i64]) -> Vec<u8> {
+    match dtype {
+        DataType::Int16 | DataType::Uint16 => values
+            .iter()
+            .flat_map(|&v| (v as u16).to_le_bytes())
+            .collect(),
+        DataType::Int4 | DataType::Uint4 => values
+            .chunks(2)
+            .map(|pair| {
+                let lo = (pair[0] as u8) & 0x0f;
+                let hi = pair.get(1).map_or(0, |&v| (v as u8) & 0x0f);
+                lo | (hi << 4)
+            })
+            .collect(),
+        _ => values.iter().map(|&v| v as u8).collect(),
+    }
+}
+
+fn node(
+    op: &str,
+    domain: &str,
+    name: &str,
+    inputs: Vec<String>,
+    output: &str,
+    attribute: Vec<AttributeProto>,
+) -> NodeProto {
+    NodeProto {
+        op_type: Some(op.into()),
+        domain: (!domain.is_empty()).then(|| domain.into()),
+        name: Some(name.into()),
+        input: inputs,
+        output: vec![output.into()],
+        attribute,
+        ..Default::default()
+    }
+}
+
+fn int_attr(name: &str, value: i64) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Int as i32),
+        i: Some(value),
+        ..Default::default()
+    }
+}
