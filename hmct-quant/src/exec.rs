@@ -341,7 +341,7 @@ impl Session {
             }
             for &s in node.inputs.iter().flatten() {
                 if last_use[s] == i && !keep[s] {
-                    values.slots[s] = None;
+                    recycle(values.slots[s].take());
                 }
             }
         }
@@ -514,6 +514,14 @@ impl Session {
             .or_default()
             .push((fq.clone(), t.clone()));
         Ok(t)
+    }
+}
+
+/// Gives a dropped value's buffer to the thread's pool when nothing else holds it
+/// (values shared with a capture or a caller stay alive and untouched).
+fn recycle(value: Option<Arc<Tensor>>) {
+    if let Some(t) = value.and_then(|a| Arc::try_unwrap(a).ok()) {
+        crate::buffers::give(t);
     }
 }
 

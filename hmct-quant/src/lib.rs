@@ -6,6 +6,7 @@
 //! calibration-node overrides, captures activations, and re-runs only what a change
 //! affects (see the `exec` module docs).
 
+mod buffers;
 pub mod exec;
 pub mod fake_quant;
 pub mod model;

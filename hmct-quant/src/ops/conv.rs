@@ -476,7 +476,10 @@ pub(crate) fn conv_nd<T: Scalar>(
     let mut shape = vec![n, m];
     shape.extend_from_slice(&win.out);
     let (in_vol, out_vol, k_vol) = (g3.in_vol(), g3.out_vol(), g3.k_vol());
-    let mut y = vec![T::zero(); n * m * out_vol];
+    let mut y = match bias {
+        None => crate::buffers::take_filled(n * m * out_vol, T::zero()),
+        Some(_) => crate::buffers::take(n * m * out_vol),
+    };
     if y.is_empty() {
         return Ok((y, shape));
     }
@@ -934,7 +937,8 @@ fn transpose_tiled<T: Scalar>(
     let in_rows = id_n * ih_n;
     let rows_per_task = (TILED_COLS / iw_n.max(1)).clamp(1, in_rows);
     let chunks = in_rows.div_ceil(rows_per_task);
-    let mut y = vec![T::zero(); n * m * out_vol];
+    // Every element is written below (the windows tile the output).
+    let mut y = crate::buffers::take::<T>(n * m * out_vol);
     let yp = SendPtr(y.as_mut_ptr());
     let task = |buf: &mut Vec<T>, t: usize| {
         let chunk = t % chunks;

@@ -14,6 +14,7 @@ pub(crate) trait Scalar:
     + Send
     + Sync
     + 'static
+    + Default
     + PartialEq
     + num_traits::Zero
     + num_traits::One

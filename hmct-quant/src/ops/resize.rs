@@ -409,7 +409,7 @@ enum Taps {
 }
 
 /// Element types Resize interpolates in.
-trait Sample: Copy + Send + Sync + 'static {
+trait Sample: Copy + Default + Send + Sync + 'static {
     fn weighted(taps: &[(usize, f64)], get: impl Fn(usize) -> Self) -> Self;
     fn from_f64(v: f64) -> Self;
 }
@@ -458,8 +458,8 @@ fn resize_axis<T: Sample>(
     extrapolation: f64,
 ) -> Vec<T> {
     let out_w = taps.len();
-    let mut y: Vec<T> = Vec::with_capacity(outer * out_w * inner);
-    y.resize(outer * out_w * inner, T::from_f64(0.0));
+    // Every element is written below.
+    let mut y: Vec<T> = crate::buffers::take(outer * out_w * inner);
     let ext = T::from_f64(extrapolation);
     let block = |(o, yo): (usize, &mut [T])| {
         let xo = &x[o * in_w * inner..][..in_w * inner];

@@ -56,12 +56,12 @@ pub(crate) fn for_chunks<O: Send>(
 pub(crate) fn unary<T, O, F>(a: &ArrayD<T>, f: F) -> ArrayD<O>
 where
     T: Copy + Sync,
-    O: Copy + Default + Send,
+    O: Copy + Default + Send + 'static,
     F: Fn(T) -> O + Sync,
 {
     let src = contiguous(a);
     let out: Vec<O> = if src.len() >= PAR_MIN {
-        let mut out = vec![O::default(); src.len()];
+        let mut out = crate::buffers::take::<O>(src.len());
         for_chunks(&mut out, CHUNK, true, &|off, piece| {
             for (y, &x) in piece.iter_mut().zip(&src[off..]) {
                 *y = f(x);
@@ -178,7 +178,7 @@ pub(crate) fn binary<A, B, O, F>(a: &ArrayD<A>, b: &ArrayD<B>, f: F) -> Result<A
 where
     A: Copy + Sync,
     B: Copy + Sync,
-    O: Copy + Send + Default,
+    O: Copy + Send + Default + 'static,
     F: Fn(A, B) -> O + Sync + Send,
 {
     let out_shape = broadcast_shapes(a.shape(), b.shape())?;
@@ -190,7 +190,7 @@ where
     // Same length means the same elements in the same order (only 1-dims differ).
     if xa.len() == n && xb.len() == n {
         let out: Vec<O> = if n >= PAR_MIN {
-            let mut out = vec![O::default(); n];
+            let mut out = crate::buffers::take::<O>(n);
             for_chunks(&mut out, CHUNK, true, &|off, piece| {
                 let m = piece.len();
                 run(piece, &xa[off..off + m], 1, &xb[off..off + m], 1, &f);
@@ -207,7 +207,7 @@ where
         *walk.sa.last().expect("dims"),
         *walk.sb.last().expect("dims"),
     );
-    let mut out = vec![O::default(); n];
+    let mut out = crate::buffers::take::<O>(n);
     // Pieces hold whole rows, so each starts at a row boundary.
     let rows_per_piece = (CHUNK / inner).max(1);
     for_chunks(

@@ -1,0 +1,93 @@
+//! Recycling of large f32 buffers between the nodes of a run.
+//!
+//! A probe re-runs the same nodes thousands of times; each node's output is a fresh
+//! multi-megabyte allocation that the allocator hands back as new pages, so every run
+//! paid for page faults and kernel zeroing before a kernel wrote a single value. The
+//! executor gives the buffers of values it drops (when it holds the only reference) to
+//! a per-thread pool, and kernels whose output is large take from it. A recycled
+//! buffer holds stale values: a kernel takes one with [`take`] only when it writes
+//! every element, or fills it with [`take_filled`], so results never depend on what
+//! was recycled.
+
+use std::any::{Any, TypeId};
+use std::cell::RefCell;
+
+use hmct_tensor::Tensor;
+
+/// Buffers smaller than this (elements) come from the allocator, which serves them
+/// cheaply from its own free lists.
+const MIN_LEN: usize = 1 << 16;
+/// Most elements a thread's pool holds (256 MiB of f32, several times what the
+/// DBNet head keeps alive at once); beyond it, buffers are freed. Pools live as long
+/// as their threads (the session's worker threads).
+const MAX_POOLED: usize = 1 << 26;
+
+thread_local! {
+    static POOL: RefCell<Vec<Vec<f32>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A recycled f32 buffer of exactly `n` elements (stale contents), if one of close
+/// size is pooled on this thread.
+fn take_f32(n: usize) -> Option<Vec<f32>> {
+    if n < MIN_LEN {
+        return None;
+    }
+    POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        // The smallest buffer that fits and wastes at most a quarter.
+        let best = p
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.len() >= n && v.len() - n <= n / 4)
+            .min_by_key(|(_, v)| v.len())
+            .map(|(i, _)| i)?;
+        let mut v = p.swap_remove(best);
+        v.truncate(n);
+        Some(v)
+    })
+}
+
+/// A buffer of `n` elements whose contents are unspecified (stale values of an
+/// earlier run, or zeros). Only for kernels that overwrite every element.
+pub(crate) fn take<T: Copy + Default + 'static>(n: usize) -> Vec<T> {
+    if TypeId::of::<T>() == TypeId::of::<f32>()
+        && let Some(v) = take_f32(n)
+        && let Ok(v) = (Box::new(v) as Box<dyn Any>).downcast::<Vec<T>>()
+    {
+        return *v;
+    }
+    vec![T::default(); n]
+}
+
+/// A buffer of `n` elements all equal to `value`.
+pub(crate) fn take_filled<T: Copy + Default + 'static>(n: usize, value: T) -> Vec<T> {
+    let mut v = take::<T>(n);
+    v.fill(value);
+    v
+}
+
+fn give_vec(v: Vec<f32>) {
+    if v.len() < MIN_LEN {
+        return;
+    }
+    POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        let held: usize = p.iter().map(Vec::len).sum();
+        if held + v.len() <= MAX_POOLED {
+            p.push(v);
+        }
+    });
+}
+
+/// Hands a tensor that is no longer needed to this thread's pool (f32 only).
+pub(crate) fn give(t: Tensor) {
+    if let Tensor::F32(a) = t
+        && a.len() >= MIN_LEN
+        && a.is_standard_layout()
+    {
+        let (v, offset) = a.into_raw_vec_and_offset();
+        if offset.is_none_or(|o| o == 0) {
+            give_vec(v);
+        }
+    }
+}
