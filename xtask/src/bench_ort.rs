@@ -16,7 +16,8 @@ use anyhow::{Context, Result, bail};
 use hmct_quant::{Config, Session, plan_model};
 use hmct_tensor::{Dataset, InputSpec, Tensor};
 
-const PINNED: &[&str] = &["onnxruntime==1.32.0", "numpy==2.4.6"];
+// onnx is for tools/ort_sensitivity.py (sensitivity-bench), which builds model variants.
+const PINNED: &[&str] = &["onnxruntime==1.32.0", "numpy==2.4.6", "onnx==1.23.2"];
 
 const ORT_SERVER: &str = r#"
 import sys, time, glob, os
@@ -47,7 +48,7 @@ pub struct Options {
     pub threads: Vec<usize>,
 }
 
-fn venv_python(root: &Path) -> Result<PathBuf> {
+pub(crate) fn venv_python(root: &Path) -> Result<PathBuf> {
     let venv = root.join("target/ort-venv");
     let python = venv.join("bin/python");
     let stamp = venv.join("pinned.txt");

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod bench_ort;
 mod example;
+mod sens_bench;
 
 #[derive(Parser)]
 #[command(name = "xtask", about = "hmct-rs developer tasks")]
@@ -30,6 +31,9 @@ enum Task {
         #[arg(long, value_delimiter = ',', default_value = "1,2")]
         threads: Vec<usize>,
     },
+    /// Time get-sensitivity-of-nodes against the onnxruntime way on the same model,
+    /// data and threads; check the rankings agree.
+    SensitivityBench(sens_bench::Args),
 }
 
 fn repo_root() -> PathBuf {
@@ -59,6 +63,7 @@ fn main() -> Result<()> {
     let root = repo_root();
     match Cli::parse().task {
         Task::Example(args) => example::run(&args),
+        Task::SensitivityBench(args) => sens_bench::run(&root, &args),
         Task::BenchOrt {
             models,
             runs,

@@ -1,0 +1,167 @@
+//! The probe workload of `get-sensitivity-of-nodes --node_type node` on the
+//! interpreter alone (no hmct-debug), for profiling kernels and the scheduler:
+//! `probe_bench MODEL DATA [-d N] [--threads T] [--every K]`. Every K-th candidate
+//! node is probed (K = 1: all of them). Prints the time split and a checksum of the
+//! cosine similarities, which must not change when kernels are optimized.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use hmct_quant::{Capture, Config, Override, Session, plan_model};
+use hmct_tensor::{Dataset, InputSpec, Tensor};
+use rayon::prelude::*;
+
+fn cosine(x: &Tensor, y: &Tensor) -> f64 {
+    let (x, y) = (x.as_f32().expect("f32"), y.as_f32().expect("f32"));
+    let (mut xy, mut xx, mut yy) = (0.0f64, 0.0f64, 0.0f64);
+    for (&a, &b) in x.iter().zip(y.iter()) {
+        let (a, b) = (a as f64, b as f64);
+        xy += a * b;
+        xx += a * a;
+        yy += b * b;
+    }
+    xy / (xx.sqrt() * yy.sqrt()).max(f64::MIN_POSITIVE)
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let flag = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .map(|v| v.parse::<usize>())
+            .transpose()
+    };
+    let positional: Vec<&String> = args
+        .iter()
+        .enumerate()
+        .filter(|(i, a)| !a.starts_with('-') && (*i == 0 || !args[i - 1].starts_with('-')))
+        .map(|(_, a)| a)
+        .collect();
+    let [model_path, data_dir] = positional[..] else {
+        return Err("usage: probe_bench MODEL DATA [-d N] [--threads T] [--every K]".into());
+    };
+    let samples = flag("-d")?.unwrap_or(1);
+    let threads = flag("--threads")?.unwrap_or(1);
+    let every = flag("--every")?.unwrap_or(1).max(1);
+
+    let model = hmct_ir::load_model(PathBuf::from(model_path))?;
+    let plan = plan_model(&model)?;
+    let specs: Vec<InputSpec> = plan
+        .inputs()
+        .iter()
+        .map(|i| InputSpec {
+            name: i.name.clone(),
+            dtype: i.dtype,
+            dims: i.dims.clone(),
+        })
+        .collect();
+    let data = Dataset::open(&PathBuf::from(data_dir), &specs)?;
+    let session = Session::new(plan, threads)?;
+    let plan = session.plan();
+
+    // Candidates: regular nodes reading a calibration node's output.
+    let cal_of_slot: std::collections::HashMap<usize, usize> = plan
+        .calibrations()
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.output, i))
+        .collect();
+    let mut probes: Vec<Vec<usize>> = Vec::new();
+    for node in plan.nodes() {
+        let mut cals: Vec<usize> = node
+            .inputs
+            .iter()
+            .flatten()
+            .filter_map(|s| cal_of_slot.get(s).copied())
+            .collect();
+        if cals.is_empty() || node.op_type == "HzCalibration" {
+            continue;
+        }
+        cals.sort_unstable();
+        cals.dedup();
+        if !probes.contains(&cals) {
+            probes.push(cals);
+        }
+    }
+    let probes: Vec<Vec<usize>> = probes.into_iter().step_by(every).collect();
+    let configs: Vec<Config> = probes
+        .iter()
+        .map(|cals| {
+            cals.iter()
+                .fold(Config::float(), |c, &i| c.with(i, Override::On))
+        })
+        .collect();
+    let all_slots: Vec<usize> = plan
+        .nodes()
+        .iter()
+        .flat_map(|n| n.outputs.iter().copied())
+        .collect();
+    let outputs = plan.outputs().to_vec();
+
+    let t0 = Instant::now();
+    let mut captures = Vec::new();
+    for s in 0..samples {
+        let inputs = data.sample(s)?;
+        let refs: Vec<(&str, Tensor)> = inputs
+            .iter()
+            .map(|(n, t)| (n.as_str(), t.clone()))
+            .collect();
+        let bound = session.bind_inputs(&refs)?;
+        captures.push(session.run_from(
+            &bound,
+            None,
+            &Config::float(),
+            &all_slots,
+            Capture::All,
+        )?);
+    }
+    let capture_time = t0.elapsed();
+    let float = Config::float();
+    let tasks: Vec<(usize, usize)> = (0..probes.len())
+        .flat_map(|p| (0..samples).map(move |s| (p, s)))
+        .collect();
+    let t1 = Instant::now();
+    let sims: Vec<f64> = session.install(|| {
+        tasks
+            .par_iter()
+            .map(|&(p, s)| {
+                let v = session
+                    .run_from(
+                        &captures[s],
+                        Some(&float),
+                        &configs[p],
+                        &outputs,
+                        Capture::Wanted,
+                    )
+                    .expect("probe runs");
+                outputs
+                    .iter()
+                    .map(|&o| {
+                        cosine(
+                            &session.value(&captures[s], o).expect("float value"),
+                            &session.value(&v, o).expect("probe value"),
+                        )
+                    })
+                    .sum::<f64>()
+            })
+            .collect()
+    });
+    let probe_time = t1.elapsed();
+    let checksum: f64 = sims
+        .iter()
+        .enumerate()
+        .map(|(i, v)| v * (i + 1) as f64)
+        .sum();
+    println!(
+        "probes {} x samples {} on {} thread(s): capture {:.2} s, probes {:.2} s ({:.1} ms/task), checksum {:.17e}",
+        probes.len(),
+        samples,
+        session.threads(),
+        capture_time.as_secs_f64(),
+        probe_time.as_secs_f64(),
+        probe_time.as_secs_f64() * 1e3 / tasks.len().max(1) as f64,
+        checksum
+    );
+    Ok(())
+}
