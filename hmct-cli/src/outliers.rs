@@ -21,14 +21,28 @@ pub struct Args {
     pub model: PathBuf,
     /// Calibration-data folder: one sub-folder per model input with 0.npy, 1.npy, ...
     pub data: PathBuf,
-    /// Use the first N samples (default: all); ratios are averaged over them.
-    #[arg(short = 'd', long = "data_num", visible_alias = "data-num")]
-    pub data_num: Option<usize>,
+    /// Use the first N samples; ratios are averaged over them.
+    #[arg(
+        short = 'd',
+        long = "data_num",
+        visible_alias = "data-num",
+        default_value_t = 1
+    )]
+    pub data_num: usize,
     /// Channel axis of the activations (negative counts from the end).
-    #[arg(short = 'a', long = "axis", default_value_t = 1, allow_negative_numbers = true)]
+    #[arg(
+        short = 'a',
+        long = "axis",
+        default_value_t = 1,
+        allow_negative_numbers = true
+    )]
     pub axis: i64,
     /// Flag a tensor when at least this share of its channels is at level >= 3.
-    #[arg(long = "flag_ratio", visible_alias = "flag-ratio", default_value_t = 0.5)]
+    #[arg(
+        long = "flag_ratio",
+        visible_alias = "flag-ratio",
+        default_value_t = 0.5
+    )]
     pub flag_ratio: f64,
     /// Also write the result as JSON here.
     #[arg(long, value_name = "FILE")]
@@ -42,7 +56,7 @@ pub struct Args {
 }
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
-    if args.data_num == Some(0) {
+    if args.data_num == 0 {
         return Err(UsageError("data_num must be at least 1".into()).into());
     }
     if !(0.0..=1.0).contains(&args.flag_ratio) {
@@ -74,7 +88,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let result = outliers(
         &engine,
         &OutliersOptions {
-            data_num: args.data_num,
+            data_num: Some(args.data_num),
             axis: args.axis,
             flag_ratio: args.flag_ratio,
         },
@@ -82,9 +96,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     );
     bar.finish_and_clear();
     let result = result.map_err(|e| match e {
-        EngineError::DataNum { .. } | EngineError::ZeroDataNum => {
-            UsageError(e.to_string()).into()
-        }
+        EngineError::DataNum { .. } | EngineError::ZeroDataNum => UsageError(e.to_string()).into(),
         e => anyhow::Error::from(e),
     })?;
     if let Some(path) = &args.json {

@@ -20,9 +20,14 @@ pub struct Args {
     pub model: PathBuf,
     /// Calibration-data folder: one sub-folder per model input with 0.npy, 1.npy, ...
     pub data: PathBuf,
-    /// Use the first N samples (default: all).
-    #[arg(short = 'd', long = "data_num", visible_alias = "data-num")]
-    pub data_num: Option<usize>,
+    /// Use the first N samples; figures are averaged over them.
+    #[arg(
+        short = 'd',
+        long = "data_num",
+        visible_alias = "data-num",
+        default_value_t = 1
+    )]
+    pub data_num: usize,
     /// Also write the result as JSON here.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -35,7 +40,7 @@ pub struct Args {
 }
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
-    if args.data_num == Some(0) {
+    if args.data_num == 0 {
         return Err(UsageError("data_num must be at least 1".into()).into());
     }
     let model = hmct_ir::load_model(&args.model)?;
@@ -60,15 +65,13 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let result = precision_table(
         &engine,
         &PrecisionTableOptions {
-            data_num: args.data_num,
+            data_num: Some(args.data_num),
         },
         &progress,
     );
     bar.finish_and_clear();
     let result = result.map_err(|e| match e {
-        EngineError::DataNum { .. } | EngineError::ZeroDataNum => {
-            UsageError(e.to_string()).into()
-        }
+        EngineError::DataNum { .. } | EngineError::ZeroDataNum => UsageError(e.to_string()).into(),
         e => anyhow::Error::from(e),
     })?;
     if let Some(path) = &args.json {

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use hmct_ir::TensorType;
 use hmct_metrics::nan_mean;
-use hmct_quant::Base;
+use hmct_quant::{Capture, Config, Slot};
 use hmct_tensor::Tensor;
 use rayon::prelude::*;
 use serde::Serialize;
@@ -37,7 +37,8 @@ pub const LEVELS: [u32; 4] = [3, 4, 5, 6];
 /// The arguments of [`outliers`].
 #[derive(Clone, Debug)]
 pub struct OutliersOptions {
-    /// Use the first `data_num` samples (all when `None`).
+    /// Use the first `data_num` samples (all when `None`); one by default, as for
+    /// the distribution plots.
     pub data_num: Option<usize>,
     /// The channel axis (negative counts from the end).
     pub axis: i64,
@@ -48,7 +49,7 @@ pub struct OutliersOptions {
 impl Default for OutliersOptions {
     fn default() -> Self {
         OutliersOptions {
-            data_num: None,
+            data_num: Some(1),
             axis: 1,
             flag_ratio: 0.5,
         }
@@ -129,20 +130,28 @@ pub fn channel_stats(t: &Tensor, axis: i64) -> Result<ChannelStats, String> {
         return Err(format!("the tensor of shape {shape:?} has no channels"));
     }
     let inner: usize = shape[axis + 1..].iter().product();
-    let values: Vec<f32> = match t.as_f32() {
-        Some(a) => a.as_standard_layout().iter().copied().collect(),
-        None => t
-            .to_f64_vec()
-            .ok_or_else(|| format!("{} is not numeric", t.dtype()))?
-            .into_iter()
-            .map(|v| v as f32)
-            .collect(),
-    };
     let mut maxima = vec![0f32; channels];
-    for (block, chunk) in values.chunks(inner.max(1)).enumerate() {
-        let c = block % channels;
-        let m = chunk.iter().fold(0f32, |m, v| m.max(v.abs()));
-        maxima[c] = maxima[c].max(m);
+    let mut add = |values: &[f32]| {
+        for (block, chunk) in values.chunks(inner.max(1)).enumerate() {
+            let c = block % channels;
+            let m = chunk.iter().fold(0f32, |m, v| m.max(v.abs()));
+            maxima[c] = maxima[c].max(m);
+        }
+    };
+    // Activations are f32 in standard layout: read them in place (they can be
+    // hundreds of MB per sample).
+    match t.as_f32() {
+        Some(a) => match a.as_slice() {
+            Some(s) => add(s),
+            None => add(&a.iter().copied().collect::<Vec<f32>>()),
+        },
+        None => add(
+            &t.to_f64_vec()
+                .ok_or_else(|| format!("{} is not numeric", t.dtype()))?
+                .into_iter()
+                .map(|v| v as f32)
+                .collect::<Vec<f32>>(),
+        ),
     }
     let max = maxima.iter().copied().fold(0f32, f32::max);
     let n = channels as f64;
@@ -185,10 +194,23 @@ pub fn outliers(
         })
         .map(|(i, _)| i)
         .collect();
+    let slots: Vec<Slot> = activations
+        .iter()
+        .map(|&c| engine.plan().calibrations()[c].input)
+        .collect();
     // per_sample[s][activation]
     let mut per_sample: Vec<Vec<Result<ChannelStats, String>>> = Vec::with_capacity(samples);
     for s in 0..samples {
-        let values = engine.capture(s, Base::Float)?;
+        // A run that keeps only the measured tensors and stays out of the engine's
+        // cache: each sample is used once.
+        let inputs = engine.sample_inputs(s)?;
+        let refs: Vec<(&str, Tensor)> =
+            inputs.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+        let bound = engine.session().bind_inputs(&refs)?;
+        let values =
+            engine
+                .session()
+                .run_from(&bound, None, &Config::float(), &slots, Capture::Wanted)?;
         let stats = engine.session().install(|| {
             activations
                 .par_iter()

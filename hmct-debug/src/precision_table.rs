@@ -5,7 +5,7 @@
 //!   everything accumulated up to and including it.
 //! - **per-layer**: the float model with only this node quantized (its input
 //!   calibration nodes ON), i.e. the node fed float inputs. The error is what the
-//!   node creates by itself. Runs are incremental from the captured float
+//!   node creates by itself. Runs are incremental from the engine's captured float
 //!   activations, so each re-runs only the node (and its calibration nodes).
 //!
 //! Both give cosine similarity and MSE (the tool's definitions, hmct-metrics) per
@@ -27,24 +27,33 @@
 //! `-` in the table) if both are zero. A NaN figure makes it undefined as well.
 
 use hmct_metrics::{Metric, Table, python_repr};
-use hmct_quant::{Base, Slot};
+use hmct_quant::{Capture, Config, Override, Slot, Values};
+use hmct_tensor::Tensor;
 use serde::Serialize;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
 
 use rayon::prelude::*;
 
-use crate::engine::{Engine, EngineError, Probe, ProbeView, Timings, compare};
+use crate::engine::{Engine, EngineError, Timings, compare};
 use crate::sensitivity_analysis::json;
 
 /// Cosine errors `1 − cosine` at or below this count as zero for the amplification.
 pub const COSINE_ERROR_FLOOR: f64 = 1e-12;
 
 /// The arguments of [`precision_table`].
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct PrecisionTableOptions {
-    /// Use the first `data_num` samples (all when `None`).
+    /// Use the first `data_num` samples (all when `None`). The default is one, as
+    /// for the accumulated-error curves, which this table refines.
     pub data_num: Option<usize>,
+}
+
+impl Default for PrecisionTableOptions {
+    fn default() -> Self {
+        PrecisionTableOptions { data_num: Some(1) }
+    }
 }
 
 /// Cosine and MSE of one mode.
@@ -184,53 +193,70 @@ pub fn precision_table(
 
     let all_slots: Vec<Slot> = nodes.iter().flat_map(|n| n.slots.iter().copied()).collect();
     let metrics = [Metric::CosineSimilarity, Metric::Mse];
-    let total = samples * (1 + nodes.len());
-    let done = AtomicUsize::new(0);
-    let tick = |_: usize, _: usize| progress(done.fetch_add(1, Ordering::Relaxed) + 1, total);
-    let reduce = |view: &ProbeView<'_>, slots: &[Slot]| {
+    let session = engine.session();
+    let float_config = Config::float();
+    let configs: Vec<Config> = nodes
+        .iter()
+        .map(|n| {
+            n.cals
+                .iter()
+                .fold(Config::float(), |c, &i| c.with(i, Override::On))
+        })
+        .collect();
+    let compare_slots = |x: &Values, y: &Values, slots: &[Slot]| {
         slots
             .iter()
             .map(|&slot| {
-                let x = view.float_value(slot)?;
-                let y = view.value(slot)?;
-                compare(&x, &y, &metrics, engine.value_name(slot))
+                let a = session.value(x, slot)?;
+                let b = session.value(y, slot)?;
+                compare(&a, &b, &metrics, engine.value_name(slot))
             })
             .collect::<Result<Vec<Vec<f64>>, EngineError>>()
     };
+    let total = samples * (1 + nodes.len());
+    let done = AtomicUsize::new(0);
+    let tick = || progress(done.fetch_add(1, Ordering::Relaxed) + 1, total);
 
-    // The calibrated model re-runs nothing: its values are the captured ones.
-    let calibrated = Probe {
-        base: Base::Calibrated,
-        overrides: Vec::new(),
-    };
-    let e2e = engine.run_probes(
-        &[calibrated],
-        &all_slots,
-        samples,
-        |view| reduce(view, &all_slots),
-        &tick,
-    )?;
-    // One call per node: the wanted values must be the node's own outputs, else the
-    // incremental run would re-run everything downstream of it. The calls run in
-    // parallel; the captures they start from are cached by the call above when the
-    // budget allows.
-    let per_layer = engine.session().install(|| {
-        nodes
-            .par_iter()
-            .map(|n| {
-                engine.run_probes(
-                    &[Probe::float_with_on(&n.cals)],
-                    &n.slots,
-                    samples,
-                    |view| reduce(view, &n.slots),
-                    &tick,
-                )
-            })
-            .collect::<Result<Vec<_>, EngineError>>()
-    })?;
-    let mut timings = e2e.timings;
-    for r in &per_layer {
-        add_timings(&mut timings, &r.timings);
+    // Sample by sample, so that one sample's activations at a time are alive (they
+    // are not put in the engine's cache: each is used once). The calibrated run is the
+    // end-to-end one; each per-layer run
+    // starts from the float capture and wants only its node's outputs, so it re-runs
+    // just the node and its calibration nodes (wanting more would re-run everything
+    // downstream).
+    let mut timings = Timings::default();
+    // e2e[sample][slot index][metric], per_layer[node][sample][slot index][metric]
+    let mut e2e: Vec<Vec<Vec<f64>>> = Vec::with_capacity(samples);
+    let mut per_layer: Vec<Vec<Vec<Vec<f64>>>> = vec![Vec::with_capacity(samples); nodes.len()];
+    for s in 0..samples {
+        let start = Instant::now();
+        let (float, calibrated) = run_sample(engine, s, &all_slots)?;
+        timings.capture += start.elapsed();
+        let start = Instant::now();
+        e2e.push(compare_slots(&float, &calibrated, &all_slots)?);
+        tick();
+        let layer = session.install(|| {
+            nodes
+                .par_iter()
+                .zip(&configs)
+                .map(|(n, config)| {
+                    let values = session.run_from(
+                        &float,
+                        Some(&float_config),
+                        config,
+                        &n.slots,
+                        Capture::Wanted,
+                    )?;
+                    let out = compare_slots(&float, &values, &n.slots);
+                    tick();
+                    out
+                })
+                .collect::<Result<Vec<_>, EngineError>>()
+        })?;
+        for (acc, v) in per_layer.iter_mut().zip(layer) {
+            acc.push(v);
+        }
+        timings.probes += start.elapsed();
+        timings.tasks += 1 + nodes.len();
     }
 
     // values[sample][slot index][metric] → mean over samples, then over outputs.
@@ -248,12 +274,12 @@ pub fn precision_table(
         .map(|(i, n)| {
             let count = n.slots.len();
             let end_to_end = Errors {
-                cosine: aggregate(&e2e.values[0], offset, count, 0),
-                mse: aggregate(&e2e.values[0], offset, count, 1),
+                cosine: aggregate(&e2e, offset, count, 0),
+                mse: aggregate(&e2e, offset, count, 1),
             };
             let per_layer = Errors {
-                cosine: aggregate(&per_layer[i].values[0], 0, count, 0),
-                mse: aggregate(&per_layer[i].values[0], 0, count, 1),
+                cosine: aggregate(&per_layer[i], 0, count, 0),
+                mse: aggregate(&per_layer[i], 0, count, 1),
             };
             offset += count;
             PrecisionRow {
@@ -287,15 +313,22 @@ pub fn precision_table(
     })
 }
 
-/// Sums the parts of `b` into `a` (the wall times of parallel calls overlap, so the
-/// sum is an upper bound of the wall time).
-fn add_timings(a: &mut Timings, b: &Timings) {
-    a.capture += b.capture;
-    a.probes += b.probes;
-    a.probe_runs += b.probe_runs;
-    a.reduce += b.reduce;
-    a.tasks += b.tasks;
-    a.captures += b.captures;
+/// Full runs of sample `s`: the float model keeping every value (the base of the
+/// incremental per-layer runs) and the calibrated model keeping `slots`.
+fn run_sample(engine: &Engine, s: usize, slots: &[Slot]) -> Result<(Values, Values), EngineError> {
+    let session = engine.session();
+    let inputs = engine.sample_inputs(s)?;
+    let refs: Vec<(&str, Tensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+    let bound = session.bind_inputs(&refs)?;
+    let every: Vec<Slot> = engine
+        .plan()
+        .nodes()
+        .iter()
+        .flat_map(|n| n.outputs.iter().copied())
+        .collect();
+    let float = session.run_from(&bound, None, &Config::float(), &every, Capture::All)?;
+    let calibrated = session.run_from(&bound, None, &Config::calibrated(), slots, Capture::Wanted)?;
+    Ok((float, calibrated))
 }
 
 /// `1 − cosine`, never below 0 (a cosine a rounding step above 1 is no error).
