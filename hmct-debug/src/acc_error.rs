@@ -596,23 +596,23 @@ pub fn figure_spec(curves: &AccErrorCurves, figure: &AccErrorFigure) -> LineChar
         curves.metric,
         figure.kind.title()
     );
-    let series = figure
+    // The calibrated model is the reference the other curves are read against: black,
+    // dashed, and drawn first so it never hides them (it often runs along one).
+    let is_reference = |c: &&Curve| c.label == "calibrated_model";
+    let reference = figure.curves.iter().filter(is_reference).map(|c| {
+        LineSeries::new(legend_label(c), c.plotted().to_vec())
+            .color(hmct_plot::Rgb::BLACK)
+            .line(hmct_plot::LineKind::Dashed)
+    });
+    let others = figure
         .curves
         .iter()
+        .filter(|c| !is_reference(c))
         .enumerate()
         .map(|(i, c)| {
-            let mut s = LineSeries::new(legend_label(c), c.plotted().to_vec());
-            if c.label == "calibrated_model" {
-                // The reference every other curve is read against.
-                s = s
-                    .color(hmct_plot::Rgb::BLACK)
-                    .line(hmct_plot::LineKind::Dashed);
-            } else {
-                s = s.color(hmct_plot::Rgb::cycle(i));
-            }
-            s
-        })
-        .collect();
+            LineSeries::new(legend_label(c), c.plotted().to_vec()).color(hmct_plot::Rgb::cycle(i))
+        });
+    let series = reference.chain(others).collect();
     LineChart {
         figure: Figure::new(
             title,

@@ -403,7 +403,7 @@ fn activation_item(
 ) -> DistributionItem {
     let drawn = non_zero(&values);
     let mut p = panel(
-        format!("'{tensor}'"),
+        tensor_title(&tensor, &shape),
         "value",
         vec![("float input".into(), &values, drawn)],
         bins,
@@ -434,7 +434,7 @@ fn weight_item(
     let cosine = hmct_metrics::compute(Metric::CosineSimilarity, &values, &quantized).ok();
     let (a, b) = (non_zero(&values), non_zero(&quantized));
     let p = panel(
-        format!("'{tensor}'"),
+        tensor_title(&tensor, &shape),
         "weight value",
         vec![
             ("float weight".into(), &values, a),
@@ -475,7 +475,7 @@ fn node_item(
         .collect();
     let (a, b) = (non_zero(&float), non_zero(&calibrated));
     let values = panel(
-        format!("'{tensor}'"),
+        tensor_title(&tensor, &shape),
         "output value",
         vec![
             ("float model".into(), &float, a),
@@ -502,6 +502,10 @@ fn node_item(
         cosine,
         panels: vec![values, errors],
     }
+}
+
+fn tensor_title(tensor: &str, shape: &[usize]) -> String {
+    format!("'{tensor}' {shape:?}")
 }
 
 fn cosine_text(cosine: Option<f64>) -> String {

@@ -106,6 +106,19 @@ struct LineScene<'a> {
 
 const DEFAULT_PLOT_HEIGHT: u32 = 480;
 
+/// The plot width when the caller leaves the size to us: wide enough to print every
+/// label of a small graph; past ~170 nodes the labels are thinned instead of growing
+/// the image further.
+fn default_plot_width(n: usize) -> u32 {
+    (n.min(1000) as u32 * 14).clamp(640, 2400)
+}
+
+/// The plot height when the caller leaves the size to us: taller as the plot gets
+/// wider, so a curve over hundreds of nodes is not squashed into a thin strip.
+fn default_plot_height(n: usize) -> u32 {
+    (DEFAULT_PLOT_HEIGHT + default_plot_width(n).saturating_sub(1200) / 8).min(630)
+}
+
 impl<'a> LineScene<'a> {
     fn new(spec: &'a LineChart) -> Result<(Self, usize, Vec<String>), PlotError> {
         let n = spec.x_labels.len();
@@ -190,7 +203,7 @@ impl<'a> LineScene<'a> {
         let top = Margins::title_height();
         let est_plot_h = match spec.figure.size {
             Some((_, h)) => h.saturating_sub(top + 200).max(100),
-            None => DEFAULT_PLOT_HEIGHT,
+            None => default_plot_height(n),
         };
         let (ylo, yhi) = draw::padded_range(lo, hi, 0.06);
         let y = Scale::linear(ylo, yhi);
@@ -200,9 +213,7 @@ impl<'a> LineScene<'a> {
         let right = if legend_w > 0 { legend_w + 30 } else { 30 };
         let plot_w = match spec.figure.size {
             Some((w, _)) => w.saturating_sub(left + right).max(100),
-            // Wide enough to print every label of a small graph; past ~170 nodes the
-            // labels are thinned instead of growing the image further.
-            None => (n as u32 * 14).clamp(640, 2400),
+            None => default_plot_width(n),
         };
         let plan = draw::plan_categories(&spec.x_labels, f64::from(plot_w));
         let bottom = Margins::bottom_for(plan.extent);
@@ -210,8 +221,8 @@ impl<'a> LineScene<'a> {
             Some((w, h)) => (w, h, h.saturating_sub(top + bottom).max(100)),
             None => (
                 left + plot_w + right,
-                top + DEFAULT_PLOT_HEIGHT + bottom,
-                DEFAULT_PLOT_HEIGHT,
+                top + default_plot_height(n) + bottom,
+                default_plot_height(n),
             ),
         };
         let axes = Axes {
