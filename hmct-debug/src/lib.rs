@@ -8,6 +8,7 @@ pub mod channelwise;
 pub mod distribution;
 pub mod engine;
 pub mod info;
+pub mod mixed_precision;
 pub mod outliers;
 pub mod precision_table;
 pub mod runall;
