@@ -7,11 +7,20 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod acc_error;
 mod calibrate;
+mod channelwise;
+mod distribution;
+mod export_qdq;
 mod info;
 mod make_data;
+mod modify;
+mod outliers;
+mod precision_table;
 mod run;
+mod runall;
 mod sensitivity;
+mod sensitivity_analysis;
 mod summary;
 
 #[derive(Debug, Parser)]
@@ -39,6 +48,24 @@ enum Command {
     MakeData(make_data::Args),
     /// Rank nodes by how much quantizing each alone degrades the outputs.
     GetSensitivityOfNodes(sensitivity::Args),
+    /// Accumulated-error curves along the graph for partially quantized models.
+    PlotAccError(acc_error::Args),
+    /// Histograms of calibration nodes' inputs and regular nodes' outputs.
+    PlotDistribution(distribution::Args),
+    /// Per-channel box plots of calibration nodes' inputs.
+    GetChannelwiseDataDistribution(channelwise::Args),
+    /// Single-node quantization and cumulative de-quantization of the sensitive nodes.
+    SensitivityAnalysis(sensitivity_analysis::Args),
+    /// Per-node end-to-end and per-layer error, with the amplification between them.
+    PrecisionTable(precision_table::Args),
+    /// Per-activation outlier-channel statistics: how much range per-tensor int8 wastes.
+    Outliers(outliers::Args),
+    /// The whole debugging workflow in one command, into one result folder.
+    Runall(runall::Args),
+    /// Edit calibration nodes: precision, thresholds, switches, sub-graphs, quant_config.
+    Modify(modify::Args),
+    /// Export standard QuantizeLinear/DequantizeLinear ONNX.
+    ExportQdq(export_qdq::Args),
 }
 
 /// A mistake in the command line found after parsing (an unknown name, a bad
@@ -55,7 +82,7 @@ impl std::fmt::Display for UsageError {
 impl std::error::Error for UsageError {}
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(seed_flags(std::env::args_os()));
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let result = match &cli.command {
@@ -65,6 +92,15 @@ fn main() -> ExitCode {
         Command::Info(args) => info::run(args, &mut out),
         Command::MakeData(args) => make_data::run(args, &mut out),
         Command::GetSensitivityOfNodes(args) => sensitivity::run(args, &mut out),
+        Command::PlotAccError(args) => acc_error::run(args, &mut out),
+        Command::PlotDistribution(args) => distribution::run(args, &mut out),
+        Command::GetChannelwiseDataDistribution(args) => channelwise::run(args, &mut out),
+        Command::SensitivityAnalysis(args) => sensitivity_analysis::run(args, &mut out),
+        Command::PrecisionTable(args) => precision_table::run(args, &mut out),
+        Command::Outliers(args) => outliers::run(args, &mut out),
+        Command::Runall(args) => runall::run(args, &mut out),
+        Command::Modify(args) => modify::run(args, &mut out),
+        Command::ExportQdq(args) => export_qdq::run(args, &mut out),
     };
     let result = result.and_then(|()| out.flush().map_err(anyhow::Error::from));
     match result {
@@ -81,6 +117,29 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// The seeds spell some flags as multi-letter single-dash options (`-nm`, `-dnl`),
+/// which clap cannot parse as short flags; they become the long forms (`--nm`,
+/// `--dnl`), which the sub-commands having them declare as aliases.
+const SEED_FLAGS: &[&str] = &[
+    "nm", "nt", "dn", "dnl", "cn", "qn", "nqn", "am", "avm", "pt", "sn", "sd", "nq",
+];
+
+fn seed_flags(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    args.map(|arg| {
+        let Some(text) = arg.to_str() else { return arg };
+        let Some(flag) = text.strip_prefix('-').filter(|f| !f.starts_with('-')) else {
+            return arg;
+        };
+        let name = flag.split('=').next().unwrap_or(flag);
+        if SEED_FLAGS.contains(&name) {
+            format!("-{text}").into()
+        } else {
+            arg
+        }
+    })
+    .collect()
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {

@@ -81,7 +81,13 @@ fn calibrated_models_pass_onnx_checker_and_match_onnxruntime_qdq() {
         let calibrated = tmp.path().join("calibrated.onnx");
         let ours = tmp.path().join("ours");
         let (model_s, data_s) = (model.to_str().unwrap(), data.to_str().unwrap());
-        let mut args = vec!["calibrate", model_s, data_s, "-o", calibrated.to_str().unwrap()];
+        let mut args = vec![
+            "calibrate",
+            model_s,
+            data_s,
+            "-o",
+            calibrated.to_str().unwrap(),
+        ];
         args.extend(flags.iter().copied());
         debugger(&args);
         debugger(&[

@@ -297,7 +297,10 @@ pub fn runall(
     }
 
     // Step 3: distributions.
-    let dis_nodes = options.dis_nodes_list.clone().unwrap_or_else(|| focus.clone());
+    let dis_nodes = options
+        .dis_nodes_list
+        .clone()
+        .unwrap_or_else(|| focus.clone());
     if !dis_nodes.is_empty() {
         let step = Instant::now();
         progress("data distribution", 0, 1);
@@ -430,7 +433,10 @@ fn check_names(engine: &Engine, options: &RunallOptions) -> Result<(), RunallErr
     }
     names.sort_unstable();
     names.dedup();
-    engine.lookup_all(&names).map(|_| ()).map_err(RunallError::Names)
+    engine
+        .lookup_all(&names)
+        .map(|_| ())
+        .map_err(RunallError::Names)
 }
 
 fn record(name: &str, start: Instant, stage: &Path, files: &[PathBuf]) -> StepRecord {
