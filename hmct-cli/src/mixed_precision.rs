@@ -1,0 +1,270 @@
+//! `hmct-debugger mixed-precision MODEL DATA --target T`: promote the most
+//! sensitive nodes, one more at a time in rank order, until the output metric
+//! reaches the target (issue #7).
+//!
+//! Prints the curve (metric against the number of promoted nodes) and writes into
+//! the save folder `mixed_precision.png`, `mixed_precision.json` and, when the
+//! target is reached, `mixed_precision_model.onnx` and `quant_config.json`
+//! (`node_config` entries). When it is not reached (budget or candidates
+//! exhausted), the curve and the JSON are written, the best step found is named,
+//! no model is written and the exit status is 1. Argument mistakes (unknown or
+//! unquantized `-o` nodes, a bad metric, qtype or target) exit with status 2
+//! before anything is written.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use hmct_cli::listarg::{ListArg, parse_list};
+use hmct_debug::engine::{Engine, EngineOptions};
+use hmct_debug::mixed_precision::{
+    DEFAULT_BATCH, MixedPrecision, MixedPrecisionOptions, PromoteQType, Stage, mixed_precision,
+    write_mixed_precision,
+};
+use hmct_debug::sensitivity::parse_metrics;
+use hmct_metrics::format_value;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::UsageError;
+
+/// Arguments of `mixed-precision`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The calibrated ONNX model.
+    pub model: PathBuf,
+    /// Calibration-data folder: one sub-folder per model input with 0.npy, 1.npy, ...
+    pub data: PathBuf,
+    /// The metric value to reach (at least it for cosine-similarity and sqnr, at
+    /// most it for mse, mre and chebyshev).
+    #[arg(short = 't', long = "target")]
+    pub target: f64,
+    /// Metric of the ranking and the target (cosine-similarity, mse, mre, sqnr,
+    /// chebyshev).
+    #[arg(short = 'm', long = "metric", default_value = "cosine-similarity")]
+    pub metric: String,
+    /// Measure on this regular node's outputs (or a list of nodes) instead of the
+    /// model outputs; each must be quantized.
+    #[arg(short = 'o', long = "output_node", visible_alias = "output-node")]
+    pub output_node: Option<String>,
+    /// Precision of the promoted nodes: int16 (same thresholds) or float32.
+    #[arg(short = 'q', long = "qtype", default_value = "int16")]
+    pub qtype: String,
+    /// Promote at most N nodes (default: every quantized node if needed).
+    #[arg(short = 'b', long = "budget", value_name = "N")]
+    pub budget: Option<usize>,
+    /// Use the first N samples (default: all).
+    #[arg(short = 'd', long = "data_num", visible_alias = "data-num")]
+    pub data_num: Option<usize>,
+    /// Folder for the model, quant_config.json, the curve's PNG and JSON.
+    #[arg(
+        short = 's',
+        long = "save_dir",
+        visible_alias = "save-dir",
+        value_name = "DIR",
+        default_value = "./mixed_precision/"
+    )]
+    pub save_dir: PathBuf,
+    /// Steps evaluated together (more keeps the cores busy, fewer wastes less work
+    /// past the target). Results do not depend on it.
+    #[arg(long, default_value_t = DEFAULT_BATCH)]
+    pub batch: usize,
+    /// Worker threads (0 = all cores). Results do not depend on it.
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Memory for cached activations in MB (default: half the available memory).
+    #[arg(long = "cache-mb", visible_alias = "cache_mb", value_name = "MB")]
+    pub cache_mb: Option<usize>,
+}
+
+fn usage(e: impl std::fmt::Display) -> anyhow::Error {
+    UsageError(e.to_string()).into()
+}
+
+fn parse(args: &Args) -> Result<MixedPrecisionOptions> {
+    let metric = match parse_list(&args.metric).map_err(|e| usage(format!("--metric: {e}")))? {
+        ListArg::Flat(names) if names.len() == 1 => parse_metrics(&names).map_err(usage)?[0],
+        _ => return Err(usage("--metric takes one metric")),
+    };
+    let qtype: PromoteQType = args.qtype.parse().map_err(usage)?;
+    let output_nodes = match &args.output_node {
+        None => Vec::new(),
+        Some(v) => match parse_list(v).map_err(|e| usage(format!("--output_node: {e}")))? {
+            ListArg::Flat(names) if !names.is_empty() => names,
+            ListArg::Flat(_) => return Err(usage("--output_node: the list is empty")),
+            ListArg::Nested(_) => {
+                return Err(usage(format!("--output_node takes a flat list, got `{v}`")));
+            }
+        },
+    };
+    if args.data_num == Some(0) {
+        return Err(usage("data_num must be at least 1"));
+    }
+    if args.budget == Some(0) {
+        return Err(usage("budget must be at least 1 node"));
+    }
+    if args.batch == 0 {
+        return Err(usage("batch must be at least 1"));
+    }
+    Ok(MixedPrecisionOptions {
+        target: args.target,
+        metric,
+        output_nodes,
+        qtype,
+        budget: args.budget,
+        data_num: args.data_num,
+        batch: args.batch,
+    })
+}
+
+pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
+    let options = parse(args)?;
+    let model = hmct_ir::load_model(&args.model)?;
+    let cache_bytes = args
+        .cache_mb
+        .unwrap_or_else(default_cache_mb)
+        .saturating_mul(1 << 20);
+    let engine = Engine::new(
+        model,
+        &args.data,
+        &EngineOptions {
+            threads: args.threads,
+            cache_bytes: Some(cache_bytes),
+        },
+    )
+    .with_context(|| format!("{}", args.model.display()))?;
+
+    let bar = progress_bar();
+    let progress = |stage: Stage, done: usize, total: usize| {
+        bar.set_message(match stage {
+            Stage::Ranking => "ranking",
+            Stage::Search => "promoting",
+        });
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    };
+    let result = mixed_precision(&engine, &options, &progress);
+    bar.finish_and_clear();
+    let result = result.map_err(|e| if e.is_usage() { usage(e) } else { e.into() })?;
+
+    print_curve(&result, out).context("writing to stdout")?;
+    let written = write_mixed_precision(engine.model(), &result, &args.save_dir)?;
+    for path in &written {
+        writeln!(out, "wrote {}", path.display()).context("writing to stdout")?;
+    }
+    if !result.reached {
+        anyhow::bail!(
+            "target {} {} cannot be met with {}: best found is {} with {} node(s) promoted to {} ({}); no model written",
+            comparison(&result),
+            format_value(result.target),
+            limit(&result),
+            format_value(result.final_value()),
+            result.chosen,
+            result.qtype,
+            if result.chosen == 0 {
+                "none".to_string()
+            } else {
+                result.promoted_nodes().join(", ")
+            },
+        );
+    }
+    Ok(())
+}
+
+fn comparison(result: &MixedPrecision) -> &'static str {
+    if result.metric.worse_is_lower() {
+        ">="
+    } else {
+        "<="
+    }
+}
+
+/// What stopped an unsuccessful search.
+fn limit(result: &MixedPrecision) -> String {
+    match result.budget {
+        Some(b) if b < result.candidates => format!("the budget of {b} node(s)"),
+        _ => format!(
+            "all {} quantized node(s) with something to promote",
+            result.candidates
+        ),
+    }
+}
+
+fn print_curve(result: &MixedPrecision, out: &mut dyn Write) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{} on {} ({} sample(s)); target {} {}; promoting to {}; {} candidate node(s)",
+        result.metric,
+        result.compared.join(", "),
+        result.data_num,
+        comparison(result),
+        format_value(result.target),
+        result.qtype,
+        result.candidates,
+    )?;
+    let width = result
+        .curve
+        .iter()
+        .filter_map(|s| s.node.as_ref().map(|n| n.chars().count()))
+        .max()
+        .unwrap_or(0)
+        .max("(calibrated)".len());
+    writeln!(
+        out,
+        "{:>4}  {:<width$}  {:>11}  {}",
+        "k", "node", "sensitivity", result.metric
+    )?;
+    for step in &result.curve {
+        let mark = if step.promoted == result.chosen {
+            if result.reached {
+                "  <- target"
+            } else {
+                "  <- best"
+            }
+        } else {
+            ""
+        };
+        writeln!(
+            out,
+            "{:>4}  {:<width$}  {:>11}  {}{mark}",
+            step.promoted,
+            step.node.as_deref().unwrap_or("(calibrated)"),
+            step.sensitivity.map(format_value).unwrap_or_default(),
+            format_value(step.value),
+        )?;
+    }
+    if result.reached {
+        writeln!(
+            out,
+            "target reached: {} {} with {} node(s) promoted to {} (calibrated: {})",
+            result.metric,
+            format_value(result.final_value()),
+            result.chosen,
+            result.qtype,
+            format_value(result.calibrated_value()),
+        )?;
+    }
+    Ok(())
+}
+
+fn progress_bar() -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr()).with_style(
+        ProgressStyle::with_template("{msg} {bar:30} {pos}/{len} ({elapsed})")
+            .expect("a valid template"),
+    )
+}
+
+/// Half the available memory, from /proc/meminfo; 2 GB when unknown.
+fn default_cache_mb() -> usize {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemAvailable:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<usize>().ok())
+        })
+        .map_or(2048, |kb| kb / 1024 / 2)
+}
