@@ -14,6 +14,7 @@ mod distribution;
 mod export_qdq;
 mod info;
 mod make_data;
+mod mixed_precision;
 mod modify;
 mod outliers;
 mod precision_table;
@@ -64,6 +65,8 @@ enum Command {
     Runall(runall::Args),
     /// Edit calibration nodes: precision, thresholds, switches, sub-graphs, quant_config.
     Modify(modify::Args),
+    /// Search a small set of nodes to promote to higher precision to reach a target.
+    MixedPrecision(mixed_precision::Args),
     /// Export standard QuantizeLinear/DequantizeLinear ONNX.
     ExportQdq(export_qdq::Args),
 }
@@ -100,6 +103,7 @@ fn main() -> ExitCode {
         Command::Outliers(args) => outliers::run(args, &mut out),
         Command::Runall(args) => runall::run(args, &mut out),
         Command::Modify(args) => modify::run(args, &mut out),
+        Command::MixedPrecision(args) => mixed_precision::run(args, &mut out),
         Command::ExportQdq(args) => export_qdq::run(args, &mut out),
     };
     let result = result.and_then(|()| out.flush().map_err(anyhow::Error::from));
