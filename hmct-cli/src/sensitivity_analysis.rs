@@ -234,7 +234,10 @@ impl OutputFolder {
         };
         if let Err(e) = tempfile::NamedTempFile::new_in(path) {
             folder.discard();
-            return Err(anyhow::anyhow!("{}: cannot write here: {e}", path.display()));
+            return Err(anyhow::anyhow!(
+                "{}: cannot write here: {e}",
+                path.display()
+            ));
         }
         Ok(folder)
     }

@@ -145,13 +145,12 @@ pub fn channel_stats(t: &Tensor, axis: i64) -> Result<ChannelStats, String> {
             Some(s) => add(s),
             None => add(&a.iter().copied().collect::<Vec<f32>>()),
         },
-        None => add(
-            &t.to_f64_vec()
-                .ok_or_else(|| format!("{} is not numeric", t.dtype()))?
-                .into_iter()
-                .map(|v| v as f32)
-                .collect::<Vec<f32>>(),
-        ),
+        None => add(&t
+            .to_f64_vec()
+            .ok_or_else(|| format!("{} is not numeric", t.dtype()))?
+            .into_iter()
+            .map(|v| v as f32)
+            .collect::<Vec<f32>>()),
     }
     let max = maxima.iter().copied().fold(0f32, f32::max);
     let n = channels as f64;
@@ -204,8 +203,10 @@ pub fn outliers(
         // A run that keeps only the measured tensors and stays out of the engine's
         // cache: each sample is used once.
         let inputs = engine.sample_inputs(s)?;
-        let refs: Vec<(&str, Tensor)> =
-            inputs.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+        let refs: Vec<(&str, Tensor)> = inputs
+            .iter()
+            .map(|(n, t)| (n.as_str(), t.clone()))
+            .collect();
         let bound = engine.session().bind_inputs(&refs)?;
         let values =
             engine

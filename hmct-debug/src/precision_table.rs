@@ -318,7 +318,10 @@ pub fn precision_table(
 fn run_sample(engine: &Engine, s: usize, slots: &[Slot]) -> Result<(Values, Values), EngineError> {
     let session = engine.session();
     let inputs = engine.sample_inputs(s)?;
-    let refs: Vec<(&str, Tensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+    let refs: Vec<(&str, Tensor)> = inputs
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.clone()))
+        .collect();
     let bound = session.bind_inputs(&refs)?;
     let every: Vec<Slot> = engine
         .plan()
@@ -327,7 +330,8 @@ fn run_sample(engine: &Engine, s: usize, slots: &[Slot]) -> Result<(Values, Valu
         .flat_map(|n| n.outputs.iter().copied())
         .collect();
     let float = session.run_from(&bound, None, &Config::float(), &every, Capture::All)?;
-    let calibrated = session.run_from(&bound, None, &Config::calibrated(), slots, Capture::Wanted)?;
+    let calibrated =
+        session.run_from(&bound, None, &Config::calibrated(), slots, Capture::Wanted)?;
     Ok((float, calibrated))
 }
 

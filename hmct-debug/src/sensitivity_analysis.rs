@@ -87,7 +87,10 @@ fn did_you_mean(suggestions: &[String]) -> String {
     if suggestions.is_empty() {
         String::new()
     } else {
-        format!(" (did you mean {}?)", crate::engine::quote_list(suggestions))
+        format!(
+            " (did you mean {}?)",
+            crate::engine::quote_list(suggestions)
+        )
     }
 }
 
@@ -319,7 +322,7 @@ pub fn sensitivity_analysis(
     }
     let samples = engine.sample_count(options.data_num)?;
     // (name, calibration plan indices, sensitivity)
-    let picked: Vec<(String, Vec<usize>, Option<f64>)> = if options.sensitive_nodes.is_empty() {
+    let picked: Vec<Picked> = if options.sensitive_nodes.is_empty() {
         let ranking = get_sensitivity_of_nodes(
             engine,
             &SensitivityOptions {
@@ -409,14 +412,15 @@ pub fn sensitivity_analysis(
     })
 }
 
+/// A sensitive node before its series: name, calibration plan indices, cosine
+/// sensitivity from the ranking.
+type Picked = (String, Vec<usize>, Option<f64>);
+
 /// The given nodes, each once in the order given, with their calibration nodes.
-fn given_nodes(
-    engine: &Engine,
-    names: &[String],
-) -> Result<Vec<(String, Vec<usize>, Option<f64>)>, AnalysisError> {
+fn given_nodes(engine: &Engine, names: &[String]) -> Result<Vec<Picked>, AnalysisError> {
     let refs = engine.lookup_all(names)?;
     let mut bad = Vec::new();
-    let mut nodes: Vec<(String, Vec<usize>, Option<f64>)> = Vec::new();
+    let mut nodes: Vec<Picked> = Vec::new();
     for (name, r) in names.iter().zip(refs) {
         if nodes.iter().any(|(n, _, _)| n == name) {
             continue;
@@ -441,7 +445,7 @@ fn given_nodes(
 /// probe per node, one cumulative probe per node.
 fn series_probes(
     engine: &Engine,
-    nodes: &[(String, Vec<usize>, Option<f64>)],
+    nodes: &[Picked],
     qtype: DequantQType,
 ) -> Result<Vec<Probe>, AnalysisError> {
     let mut probes = vec![
@@ -461,11 +465,12 @@ fn series_probes(
             if overrides.iter().any(|(o, _)| *o == c) {
                 continue;
             }
-            let setting = dequantized(engine, c, qtype).map_err(|message| AnalysisError::QType {
-                node: name.clone(),
-                qtype,
-                message,
-            })?;
+            let setting =
+                dequantized(engine, c, qtype).map_err(|message| AnalysisError::QType {
+                    node: name.clone(),
+                    qtype,
+                    message,
+                })?;
             overrides.push((c, setting));
         }
         probes.push(Probe {

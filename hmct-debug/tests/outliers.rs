@@ -64,15 +64,21 @@ fn ratios_match_a_direct_computation() {
             let mut max_abs = 0f64;
             for s in 0..samples {
                 let inputs = ds.sample(s).unwrap();
-                let refs: Vec<(&str, _)> =
-                    inputs.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+                let refs: Vec<(&str, _)> = inputs
+                    .iter()
+                    .map(|(n, t)| (n.as_str(), t.clone()))
+                    .collect();
                 let bound = session.bind_inputs(&refs).unwrap();
                 let values = session
                     .run_from(&bound, None, &Config::float(), &[slot], Capture::Wanted)
                     .unwrap();
                 let t = session.value(&values, slot).unwrap();
                 let a = t.as_f32().unwrap();
-                let ax = if axis < 0 { a.ndim() - 1 } else { axis as usize };
+                let ax = if axis < 0 {
+                    a.ndim() - 1
+                } else {
+                    axis as usize
+                };
                 let maxima: Vec<f64> = a
                     .axis_iter(Axis(ax))
                     .map(|c| c.iter().fold(0f64, |m, v| m.max(f64::from(v.abs()))))
@@ -91,10 +97,18 @@ fn ratios_match_a_direct_computation() {
                 }
             }
             let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
-            assert!(close(row.sparse_ratio, sparse / samples as f64), "{}", row.name);
+            assert!(
+                close(row.sparse_ratio, sparse / samples as f64),
+                "{}",
+                row.name
+            );
             assert_eq!(row.max_abs, max_abs);
             for (got, want) in row.level_ratios.iter().zip(levels) {
-                assert!(close(got.ratio, want / samples as f64), "{} {got:?} vs {want}", row.name);
+                assert!(
+                    close(got.ratio, want / samples as f64),
+                    "{} {got:?} vs {want}",
+                    row.name
+                );
                 some_level |= got.ratio > 0.0;
             }
             assert_eq!(row.flagged, row.level_ratios[0].ratio >= 0.3);

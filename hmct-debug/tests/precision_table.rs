@@ -57,13 +57,34 @@ fn rows_match_full_runs() {
         let mut sums = vec![0.0; slots.len()];
         for s in 0..samples {
             let inputs = ds.sample(s).unwrap();
-            let refs: Vec<(&str, _)> = inputs.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+            let refs: Vec<(&str, _)> = inputs
+                .iter()
+                .map(|(n, t)| (n.as_str(), t.clone()))
+                .collect();
             let bound = session.bind_inputs(&refs).unwrap();
-            let run = |c: &Config| session.run_from(&bound, None, c, &slots, Capture::Wanted).unwrap();
+            let run = |c: &Config| {
+                session
+                    .run_from(&bound, None, c, &slots, Capture::Wanted)
+                    .unwrap()
+            };
             let (x, y) = (run(&Config::float()), run(config));
             for (i, &slot) in slots.iter().enumerate() {
-                let a: Vec<f32> = session.value(&x, slot).unwrap().as_f32().unwrap().iter().copied().collect();
-                let b: Vec<f32> = session.value(&y, slot).unwrap().as_f32().unwrap().iter().copied().collect();
+                let a: Vec<f32> = session
+                    .value(&x, slot)
+                    .unwrap()
+                    .as_f32()
+                    .unwrap()
+                    .iter()
+                    .copied()
+                    .collect();
+                let b: Vec<f32> = session
+                    .value(&y, slot)
+                    .unwrap()
+                    .as_f32()
+                    .unwrap()
+                    .iter()
+                    .copied()
+                    .collect();
                 let mut stats = PairStats::new();
                 stats.update(&a, &b).unwrap();
                 sums[i] += stats.metric(metric);
@@ -80,17 +101,39 @@ fn rows_match_full_runs() {
     let mut passes_on = 0;
     for row in &result.rows {
         let id = model.node_id(&row.node).unwrap();
-        let outputs: Vec<String> = model.node(id).output.iter().filter(|o| !o.is_empty()).cloned().collect();
+        let outputs: Vec<String> = model
+            .node(id)
+            .output
+            .iter()
+            .filter(|o| !o.is_empty())
+            .cloned()
+            .collect();
         assert_eq!(row.outputs, outputs);
         let single = hmct_ir::input_calibrations(&model, id)
             .into_iter()
             .map(|c| plan.calibration(model.node_name(c)).unwrap())
             .fold(Config::float(), |c, i| c.with(i, Override::On));
         let cal = Config::calibrated();
-        close(row.end_to_end.cosine, figure(&cal, &outputs, Metric::CosineSimilarity), &row.node);
-        close(row.end_to_end.mse, figure(&cal, &outputs, Metric::Mse), &row.node);
-        close(row.per_layer.cosine, figure(&single, &outputs, Metric::CosineSimilarity), &row.node);
-        close(row.per_layer.mse, figure(&single, &outputs, Metric::Mse), &row.node);
+        close(
+            row.end_to_end.cosine,
+            figure(&cal, &outputs, Metric::CosineSimilarity),
+            &row.node,
+        );
+        close(
+            row.end_to_end.mse,
+            figure(&cal, &outputs, Metric::Mse),
+            &row.node,
+        );
+        close(
+            row.per_layer.cosine,
+            figure(&single, &outputs, Metric::CosineSimilarity),
+            &row.node,
+        );
+        close(
+            row.per_layer.mse,
+            figure(&single, &outputs, Metric::Mse),
+            &row.node,
+        );
         assert_eq!(
             row.amplification_mse,
             amplification(row.end_to_end.mse, row.per_layer.mse, 0.0)

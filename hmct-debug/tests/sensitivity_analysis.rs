@@ -119,7 +119,11 @@ impl<'m> Reference<'m> {
             );
         };
         let m = result.metric;
-        close(result.baseline, self.figure(&Config::float(), m, samples), "baseline");
+        close(
+            result.baseline,
+            self.figure(&Config::float(), m, samples),
+            "baseline",
+        );
         close(
             result.calibrated,
             self.figure(&Config::calibrated(), m, samples),
@@ -133,9 +137,9 @@ impl<'m> Reference<'m> {
                 .map(|c| self.model.node_name(c).to_string())
                 .collect();
             assert_eq!(cals, node.calibrations, "{}", node.name);
-            let single = cals
-                .iter()
-                .fold(Config::float(), |c, n| c.with(self.cal_index(n), Override::On));
+            let single = cals.iter().fold(Config::float(), |c, n| {
+                c.with(self.cal_index(n), Override::On)
+            });
             close(node.single, self.figure(&single, m, samples), &node.name);
             for n in &cals {
                 let setting = match qtype {
@@ -286,15 +290,31 @@ fn writes_the_figure_and_its_json() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     names.sort();
-    assert_eq!(names, ["partial_quantization.json", "partial_quantization.png"]);
+    assert_eq!(
+        names,
+        ["partial_quantization.json", "partial_quantization.png"]
+    );
 
     let img = image::open(&written[0]).unwrap().to_rgb8();
-    assert!(img.width() >= 640 && img.height() >= 400, "{:?}", img.dimensions());
+    assert!(
+        img.width() >= 640 && img.height() >= 400,
+        "{:?}",
+        img.dimensions()
+    );
     // Not blank: the red cumulative line and the green crosses are drawn.
     let count = |pred: &dyn Fn(&image::Rgb<u8>) -> bool| img.pixels().filter(|p| pred(p)).count();
-    assert!(count(&|p| p[0] > 200 && p[1] < 60 && p[2] < 60) > 100, "no red line");
-    assert!(count(&|p| p[1] > 120 && p[0] < 60 && p[2] < 60) > 20, "no green crosses");
-    assert!(count(&|p| p[2] > 200 && p[0] < 60 && p[1] < 60) > 100, "no blue baseline");
+    assert!(
+        count(&|p| p[0] > 200 && p[1] < 60 && p[2] < 60) > 100,
+        "no red line"
+    );
+    assert!(
+        count(&|p| p[1] > 120 && p[0] < 60 && p[2] < 60) > 20,
+        "no green crosses"
+    );
+    assert!(
+        count(&|p| p[2] > 200 && p[0] < 60 && p[1] < 60) > 100,
+        "no blue baseline"
+    );
 
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&written[1]).unwrap()).unwrap();
@@ -361,7 +381,9 @@ fn argument_errors() {
         )
         .unwrap_err()
     };
-    let conv = model.node_name(hmct_ir::quantized_nodes(&model)[0]).to_string();
+    let conv = model
+        .node_name(hmct_ir::quantized_nodes(&model)[0])
+        .to_string();
     let typo = format!("{conv}x");
     let err = run(&[&typo]);
     assert!(err.is_usage());
@@ -370,7 +392,10 @@ fn argument_errors() {
         matches!(err, AnalysisError::Engine(EngineError::UnknownNodes(_))),
         "{msg}"
     );
-    assert!(msg.contains(&format!("'{typo}'")) && msg.contains(&format!("'{conv}'")), "{msg}");
+    assert!(
+        msg.contains(&format!("'{typo}'")) && msg.contains(&format!("'{conv}'")),
+        "{msg}"
+    );
 
     // A regular node without input calibration nodes.
     let plain = (0..model.nodes().len())
@@ -384,7 +409,10 @@ fn argument_errors() {
 
     let err = "int4".parse::<DequantQType>().unwrap_err();
     assert!(err.is_usage() && err.to_string().contains("int16"), "{err}");
-    assert_eq!("INT16".parse::<DequantQType>().unwrap(), DequantQType::Int16);
+    assert_eq!(
+        "INT16".parse::<DequantQType>().unwrap(),
+        DequantQType::Int16
+    );
 
     let err = sensitivity_analysis(
         &engine,
