@@ -425,3 +425,43 @@ fn argument_errors() {
     });
     assert!(err.is_usage(), "{err}");
 }
+
+#[test]
+fn pnet_int8_cosine_reaches_a_target_above_the_calibrated_value() {
+    let Some((model, data)) = pnet() else { return };
+    let engine = engine(&model, &data);
+    let samples = 2;
+    // The whole curve first (cosine 1 is not reached by int16), then a target the
+    // curve shows to be reachable but above the int8 calibrated model.
+    let whole = search(
+        &engine,
+        &MixedPrecisionOptions {
+            target: 1.0,
+            data_num: Some(samples),
+            ..Default::default()
+        },
+    );
+    assert!(!whole.reached);
+    assert_eq!(whole.curve.len(), whole.candidates + 1);
+    let target = whole.final_value();
+    let calibrated = whole.calibrated_value();
+    assert!(calibrated < target, "{calibrated} vs {target}");
+    let first = whole.curve.iter().position(|s| s.value >= target).unwrap();
+
+    let result = search(
+        &engine,
+        &MixedPrecisionOptions {
+            target,
+            data_num: Some(samples),
+            ..Default::default()
+        },
+    );
+    assert!(result.reached);
+    assert_eq!(result.chosen, first);
+    assert_eq!(result.final_value(), target);
+    let dir = tempfile::tempdir().unwrap();
+    write_mixed_precision(&model, &result, dir.path()).unwrap();
+    let saved = hmct_ir::load_model(dir.path().join(MODEL_NAME)).unwrap();
+    let v = full_run_value(&saved, &data, &[], Metric::CosineSimilarity, samples);
+    assert!(close(v, target), "{v} vs {target}");
+}
