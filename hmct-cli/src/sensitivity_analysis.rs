@@ -3,8 +3,8 @@
 //!
 //! Writes `partial_quantization.png` and `partial_quantization.json` into the save
 //! folder (`-sd`/`--save_dir`, default `./debug_result/`) and prints the series.
-//! `-sn` and `-sd` are spelled `--sn`/`--sd` (or `--sensitive_nodes`/`--save_dir`)
-//! here: a short flag is one letter. Argument mistakes (unknown or unquantized
+//! The seeds' `-sn`/`-sd` reach clap as `--sn`/`--sd` (main.rs rewrites the
+//! multi-letter single-dash flags), aliases of `--sensitive_nodes`/`--save_dir`. Argument mistakes (unknown or unquantized
 //! nodes, a bad metric or qtype, a `data_num` beyond the data) exit with status 2;
 //! an unwritable folder exits with 1; in both cases nothing is left in the folder.
 

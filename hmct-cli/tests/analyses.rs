@@ -83,7 +83,7 @@ fn sensitivity_analysis_writes_figure_json_and_prints_the_series() {
     let js = f.path_str("sa.json");
     let stdout = ok(&f.run(
         "sensitivity-analysis",
-        &["-p", "0.9999", "-d", "2", "--sd", &sd, "--json", &js],
+        &["-p", "0.9999", "-d", "2", "-sd", &sd, "--json", &js],
     ));
     let png = f.path("out/sa/partial_quantization.png");
     let saved = json(&f.path("out/sa/partial_quantization.json"));
@@ -145,7 +145,7 @@ fn sensitivity_analysis_mistakes_leave_nothing() {
     let cases: Vec<(Vec<String>, i32, Vec<String>)> = vec![
         // Unknown node: named, with a close match.
         (
-            vec!["--sn".into(), format!("[{conv}x]")],
+            vec!["-sn".into(), format!("[{conv}x]")],
             2,
             vec![format!("'{conv}x'"), format!("'{conv}'")],
         ),
