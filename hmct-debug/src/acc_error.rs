@@ -631,7 +631,9 @@ fn legend_label(c: &Curve) -> String {
         return c.label.clone();
     }
     let joined = c.nodes.join(", ");
-    if joined.chars().count() <= 40 {
+    // hmct-plot shortens legend labels past 48 characters from the front, which would
+    // cut off the curve's name.
+    if c.label.len() + joined.chars().count() + 3 <= 48 {
         format!("{} ({joined})", c.label)
     } else {
         format!("{} ({} nodes)", c.label, c.nodes.len())
