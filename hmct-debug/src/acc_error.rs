@@ -111,8 +111,9 @@ pub enum AccError {
     #[error("cannot write {}: {source}", path.display())]
     Write {
         path: PathBuf,
+        // Boxed: IrError is large and this is the rare path.
         #[source]
-        source: hmct_ir::IrError,
+        source: Box<hmct_ir::IrError>,
     },
 }
 
@@ -680,7 +681,7 @@ pub fn write_acc_error(
         };
         write_json(&json_path, &json).map_err(|source| AccError::Write {
             path: json_path.clone(),
-            source,
+            source: Box::new(source),
         })?;
         written.push(json_path);
     }

@@ -81,8 +81,9 @@ pub enum ChannelwiseError {
     #[error("cannot write {}: {source}", path.display())]
     Write {
         path: PathBuf,
+        // Boxed: IrError is large and this is the rare path.
         #[source]
-        source: hmct_ir::IrError,
+        source: Box<hmct_ir::IrError>,
     },
 }
 
@@ -385,7 +386,7 @@ pub fn write_channelwise(
         hmct_ir::write_atomic(&csv, item_csv(item).as_bytes()).map_err(|source| {
             ChannelwiseError::Write {
                 path: csv.clone(),
-                source,
+                source: Box::new(source),
             }
         })?;
         written.push(csv);

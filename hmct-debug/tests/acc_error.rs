@@ -409,7 +409,9 @@ fn files_are_named_by_the_spec_and_hold_the_series() {
     };
     let engine = engine(&model, &data);
     let dir = tempfile::tempdir().unwrap();
-    let cases: Vec<(Option<NodeList>, Option<NodeList>, bool, Vec<&str>)> = vec![
+    // (-q, -nq, average mode, file stems)
+    type Case<'a> = (Option<NodeList>, Option<NodeList>, bool, Vec<&'a str>);
+    let cases: Vec<Case> = vec![
         (
             Some(flat(&["conv2d", "conv2d_1"])),
             None,
