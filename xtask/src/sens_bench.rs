@@ -154,6 +154,16 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
             .arg(&ours_json),
         "hmct-debugger get-sensitivity-of-nodes",
     )?;
+    // Printed before the slow side starts, so an interrupted run still reports it.
+    println!("model      {}", calibrated.display());
+    println!(
+        "setting    node_type {}, {} sample(s), {} thread(s)",
+        args.node_type, args.data_num, args.threads
+    );
+    println!("ours       {ours_secs:8.1} s");
+    for line in ours_err.lines().filter(|l| l.starts_with("timings:")) {
+        println!("           {line}");
+    }
     eprintln!("onnxruntime: tools/ort_sensitivity.py (this is the slow side)");
     let (_, ort_secs) = timed(
         Command::new(&python)
@@ -170,18 +180,7 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
     let (_, ort_rank) = ranking(&ort_json)?;
     let agreement = compare(&ours_rank, &ort_rank, &metric, args.tolerance);
 
-    println!("model      {}", calibrated.display());
-    println!(
-        "setting    node_type {}, {} sample(s), {} thread(s), {} candidates",
-        args.node_type,
-        args.data_num,
-        args.threads,
-        ours_rank.len()
-    );
-    println!("ours       {ours_secs:8.1} s");
-    for line in ours_err.lines().filter(|l| l.starts_with("timings:")) {
-        println!("           {line}");
-    }
+    println!("candidates {}", ours_rank.len());
     println!("onnxruntime{ort_secs:8.1} s");
     println!("speedup    {:8.1}x", ort_secs / ours_secs);
     match agreement {
