@@ -12,21 +12,16 @@
 //! `-nq`) exit with status 2 and an unwritable folder with 1, before anything is
 //! written.
 
-use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use hmct_cli::listarg::{ListArg, parse_bool, parse_list};
-use hmct_debug::acc_error::{
-    AccErrorCurves, AccErrorOptions, NodeList, plot_acc_error, write_acc_error,
-};
-use hmct_debug::engine::{Engine, EngineOptions};
+use hmct_debug::acc_error::{AccErrorCurves, AccErrorOptions, plot_acc_error, write_acc_error};
 use hmct_debug::sensitivity::parse_metrics;
 use hmct_metrics::{Metric, Table, format_value};
-use hmct_plot::Format;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::UsageError;
+use crate::common::{self, OutputFolder, node_list, open_engine, parse_format, usage};
 
 /// Arguments of `plot-acc-error`.
 #[derive(Debug, clap::Args)]
@@ -97,17 +92,6 @@ pub struct Args {
     pub cache_mb: Option<usize>,
 }
 
-pub(crate) fn usage(e: impl std::fmt::Display) -> anyhow::Error {
-    UsageError(e.to_string()).into()
-}
-
-fn node_list(flag: &str, value: &str) -> Result<NodeList> {
-    match parse_list(value).map_err(|e| usage(format!("{flag}: {e}")))? {
-        ListArg::Flat(names) => Ok(NodeList::Flat(names)),
-        ListArg::Nested(groups) => Ok(NodeList::Nested(groups)),
-    }
-}
-
 fn parse(args: &Args) -> Result<AccErrorOptions> {
     if args.quantize_node.is_none() && args.non_quantize_node.is_none() {
         return Err(usage(
@@ -157,42 +141,13 @@ fn parse_metric(value: &str) -> Result<Metric> {
     Ok(parse_metrics(&names).map_err(usage)?[0])
 }
 
-pub(crate) fn parse_format(value: &str) -> Result<Format> {
-    match value.trim().to_ascii_lowercase().as_str() {
-        "png" => Ok(Format::Png),
-        "svg" => Ok(Format::Svg),
-        _ => Err(usage(format!("--format: '{value}' is not png or svg"))),
-    }
-}
-
-pub(crate) fn open_engine(
-    model: &Path,
-    data: &Path,
-    threads: usize,
-    cache_mb: Option<usize>,
-) -> Result<Engine> {
-    let loaded = hmct_ir::load_model(model)?;
-    let cache_bytes = cache_mb
-        .unwrap_or_else(default_cache_mb)
-        .saturating_mul(1 << 20);
-    Engine::new(
-        loaded,
-        data,
-        &EngineOptions {
-            threads,
-            cache_bytes: Some(cache_bytes),
-        },
-    )
-    .with_context(|| format!("{}", model.display()))
-}
-
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let options = parse(args)?;
     let format = parse_format(&args.format)?;
     let engine = open_engine(&args.model, &args.data, args.threads, args.cache_mb)?;
     // Fail on an unwritable folder before the analysis, not after it.
     let folder = OutputFolder::prepare(&args.save_dir)?;
-    let bar = progress_bar();
+    let bar = common::progress_bar("probing {bar:30} {pos}/{len} runs ({elapsed}, eta {eta})");
     let progress = |_done: usize, total: usize| {
         bar.set_length(total as u64);
         bar.inc(1);
@@ -263,61 +218,4 @@ fn summary_table(result: &AccErrorCurves) -> Table {
         }
     }
     table
-}
-
-/// The save folder, created if missing and checked for writing; `discard` removes it
-/// again if this run created it and left it empty.
-pub(crate) struct OutputFolder {
-    path: PathBuf,
-    created: bool,
-}
-
-impl OutputFolder {
-    pub(crate) fn prepare(path: &Path) -> Result<OutputFolder> {
-        let created = !path.exists();
-        std::fs::create_dir_all(path)
-            .with_context(|| format!("{}: cannot create folder", path.display()))?;
-        let folder = OutputFolder {
-            path: path.to_path_buf(),
-            created,
-        };
-        if let Err(e) = tempfile::NamedTempFile::new_in(path) {
-            folder.discard();
-            return Err(anyhow::anyhow!(
-                "{}: cannot write here: {e}",
-                path.display()
-            ));
-        }
-        Ok(folder)
-    }
-
-    pub(crate) fn discard(&self) {
-        if self.created {
-            // Only an empty folder goes: remove_dir refuses anything else.
-            let _ = std::fs::remove_dir(&self.path);
-        }
-    }
-}
-
-pub(crate) fn progress_bar() -> ProgressBar {
-    if !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
-    }
-    ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr()).with_style(
-        ProgressStyle::with_template("probing {bar:30} {pos}/{len} runs ({elapsed}, eta {eta})")
-            .expect("a valid template"),
-    )
-}
-
-/// Half the available memory, from /proc/meminfo; 2 GB when unknown.
-fn default_cache_mb() -> usize {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("MemAvailable:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<usize>().ok())
-        })
-        .map_or(2048, |kb| kb / 1024 / 2)
 }

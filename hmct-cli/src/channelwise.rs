@@ -18,7 +18,7 @@ use hmct_debug::channelwise::{
     ChannelwiseItem, ChannelwiseOptions, get_channelwise_data_distribution, write_channelwise,
 };
 
-use crate::acc_error::{OutputFolder, open_engine, parse_format, usage};
+use crate::common::{OutputFolder, open_engine, parse_format, usage};
 
 /// Arguments of `get-channelwise-data-distribution`.
 #[derive(Debug, clap::Args)]

@@ -18,7 +18,7 @@ use hmct_debug::distribution::{
     DistributionItem, DistributionKind, DistributionOptions, plot_distribution, write_distribution,
 };
 
-use crate::acc_error::{OutputFolder, open_engine, parse_format, usage};
+use crate::common::{OutputFolder, open_engine, parse_format, usage};
 
 /// Arguments of `plot-distribution`.
 #[derive(Debug, clap::Args)]

@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 mod acc_error;
 mod calibrate;
 mod channelwise;
+mod common;
 mod distribution;
 mod export_qdq;
 mod info;

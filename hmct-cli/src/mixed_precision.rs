@@ -11,21 +11,19 @@
 //! unquantized `-o` nodes, a bad metric, qtype or target) exit with status 2
 //! before anything is written.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use hmct_cli::listarg::{ListArg, parse_list};
-use hmct_debug::engine::{Engine, EngineOptions};
 use hmct_debug::mixed_precision::{
     DEFAULT_BATCH, MixedPrecision, MixedPrecisionOptions, PromoteQType, Stage, mixed_precision,
     write_mixed_precision,
 };
 use hmct_debug::sensitivity::parse_metrics;
 use hmct_metrics::format_value;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::UsageError;
+use crate::common::{self, usage};
 
 /// Arguments of `mixed-precision`.
 #[derive(Debug, clap::Args)]
@@ -76,10 +74,6 @@ pub struct Args {
     pub cache_mb: Option<usize>,
 }
 
-fn usage(e: impl std::fmt::Display) -> anyhow::Error {
-    UsageError(e.to_string()).into()
-}
-
 fn parse(args: &Args) -> Result<MixedPrecisionOptions> {
     let metric = match parse_list(&args.metric).map_err(|e| usage(format!("--metric: {e}")))? {
         ListArg::Flat(names) if names.len() == 1 => parse_metrics(&names).map_err(usage)?[0],
@@ -118,22 +112,9 @@ fn parse(args: &Args) -> Result<MixedPrecisionOptions> {
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let options = parse(args)?;
-    let model = hmct_ir::load_model(&args.model)?;
-    let cache_bytes = args
-        .cache_mb
-        .unwrap_or_else(default_cache_mb)
-        .saturating_mul(1 << 20);
-    let engine = Engine::new(
-        model,
-        &args.data,
-        &EngineOptions {
-            threads: args.threads,
-            cache_bytes: Some(cache_bytes),
-        },
-    )
-    .with_context(|| format!("{}", args.model.display()))?;
+    let engine = common::open_engine(&args.model, &args.data, args.threads, args.cache_mb)?;
 
-    let bar = progress_bar();
+    let bar = common::progress_bar("{msg} {bar:30} {pos}/{len} ({elapsed})");
     let progress = |stage: Stage, done: usize, total: usize| {
         bar.set_message(match stage {
             Stage::Ranking => "ranking",
@@ -244,27 +225,4 @@ fn print_curve(result: &MixedPrecision, out: &mut dyn Write) -> std::io::Result<
         )?;
     }
     Ok(())
-}
-
-fn progress_bar() -> ProgressBar {
-    if !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
-    }
-    ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr()).with_style(
-        ProgressStyle::with_template("{msg} {bar:30} {pos}/{len} ({elapsed})")
-            .expect("a valid template"),
-    )
-}
-
-/// Half the available memory, from /proc/meminfo; 2 GB when unknown.
-fn default_cache_mb() -> usize {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("MemAvailable:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<usize>().ok())
-        })
-        .map_or(2048, |kb| kb / 1024 / 2)
 }

@@ -18,7 +18,7 @@ use hmct_cli::listarg::{ListArg, parse_list};
 use hmct_ir::{Edit, EditReport, QType, TensorType, apply_edits, load_model, save_model};
 use serde_json::Value;
 
-use crate::UsageError;
+use crate::common::usage;
 
 /// Arguments of `modify`.
 #[derive(Debug, clap::Args)]
@@ -76,10 +76,6 @@ pub struct Args {
     /// node_config.<name>.qtype, subgraph_config.<name>.{inputs,outputs,qtype}).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-}
-
-fn usage(e: impl std::fmt::Display) -> anyhow::Error {
-    UsageError(e.to_string()).into()
 }
 
 fn flat(flag: &str, value: &str) -> Result<Vec<String>> {

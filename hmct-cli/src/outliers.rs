@@ -4,15 +4,15 @@
 //! (definitions in `hmct_debug::outliers`). Prints the table; `--json FILE` writes
 //! the result.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use hmct_debug::engine::{Engine, EngineError, EngineOptions};
+use hmct_debug::engine::EngineError;
 use hmct_debug::outliers::{OutliersOptions, outliers};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::UsageError;
+use crate::common;
 
 /// Arguments of `outliers`.
 #[derive(Debug, clap::Args)]
@@ -66,21 +66,8 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         ))
         .into());
     }
-    let model = hmct_ir::load_model(&args.model)?;
-    let cache_bytes = args
-        .cache_mb
-        .unwrap_or_else(default_cache_mb)
-        .saturating_mul(1 << 20);
-    let engine = Engine::new(
-        model,
-        &args.data,
-        &EngineOptions {
-            threads: args.threads,
-            cache_bytes: Some(cache_bytes),
-        },
-    )
-    .with_context(|| format!("{}", args.model.display()))?;
-    let bar = progress_bar();
+    let engine = common::open_engine(&args.model, &args.data, args.threads, args.cache_mb)?;
+    let bar = common::progress_bar("samples {bar:30} {pos}/{len} ({elapsed}, eta {eta})");
     let progress = |_done: usize, total: usize| {
         bar.set_length(total as u64);
         bar.inc(1);
@@ -120,27 +107,4 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         writeln!(out, "skipped {}: {}", s.name, s.reason).context("writing to stdout")?;
     }
     Ok(())
-}
-
-fn progress_bar() -> ProgressBar {
-    if !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
-    }
-    ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr()).with_style(
-        ProgressStyle::with_template("samples {bar:30} {pos}/{len} ({elapsed}, eta {eta})")
-            .expect("a valid template"),
-    )
-}
-
-/// Half the available memory, from /proc/meminfo; 2 GB when unknown.
-fn default_cache_mb() -> usize {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("MemAvailable:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<usize>().ok())
-        })
-        .map_or(2048, |kb| kb / 1024 / 2)
 }

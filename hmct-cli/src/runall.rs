@@ -3,21 +3,18 @@
 //! `hmct_debug::runall`). The seeds' flags are accepted as written there (`-nm`,
 //! `-dnl`, ...; main.rs turns them into the long forms).
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use anyhow::{Context, Result};
-use hmct_cli::listarg::{ListArg, parse_bool, parse_list};
-use hmct_debug::acc_error::NodeList;
-use hmct_debug::engine::{Engine, EngineOptions};
+use anyhow::Result;
+use hmct_cli::listarg::{ListArg, parse_bool};
 use hmct_debug::runall::{RunallOptions, runall};
 use hmct_debug::sensitivity::{NodeType, parse_metrics};
 use hmct_metrics::Metric;
 use hmct_plot::Format;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::UsageError;
+use crate::common::{self, flat, list, node_list, usage};
 
 /// Arguments of `runall`.
 #[derive(Debug, clap::Args)]
@@ -102,28 +99,6 @@ pub struct Args {
     pub cache_mb: Option<usize>,
 }
 
-fn usage(e: impl std::fmt::Display) -> anyhow::Error {
-    UsageError(e.to_string()).into()
-}
-
-fn list(flag: &str, value: &str) -> Result<ListArg> {
-    parse_list(value).map_err(|e| usage(format!("{flag}: {e}")))
-}
-
-fn flat(flag: &str, value: &str) -> Result<Vec<String>> {
-    match list(flag, value)? {
-        ListArg::Flat(names) => Ok(names),
-        ListArg::Nested(_) => Err(usage(format!("{flag} takes a flat list, got `{value}`"))),
-    }
-}
-
-fn node_list(flag: &str, value: &str) -> Result<NodeList> {
-    Ok(match list(flag, value)? {
-        ListArg::Flat(names) => NodeList::Flat(names),
-        ListArg::Nested(groups) => NodeList::Nested(groups),
-    })
-}
-
 fn boolean(flag: &str, value: &str) -> Result<bool> {
     parse_bool(value).map_err(|e| usage(format!("{flag}: {e}")))
 }
@@ -186,22 +161,9 @@ fn options(args: &Args) -> Result<(RunallOptions, bool)> {
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let (options, verbose) = options(args)?;
-    let model = hmct_ir::load_model(&args.model)?;
-    let cache_bytes = args
-        .cache_mb
-        .unwrap_or_else(default_cache_mb)
-        .saturating_mul(1 << 20);
-    let engine = Engine::new(
-        model,
-        &args.data,
-        &EngineOptions {
-            threads: args.threads,
-            cache_bytes: Some(cache_bytes),
-        },
-    )
-    .with_context(|| format!("{}", args.model.display()))?;
+    let engine = common::open_engine(&args.model, &args.data, args.threads, args.cache_mb)?;
 
-    let bar = progress_bar();
+    let bar = common::progress_bar("{msg:26} {bar:30} {pos}/{len} ({elapsed})");
     let current = Mutex::new(String::new());
     let progress = |step: &str, _done: usize, total: usize| {
         let mut current = current.lock().unwrap_or_else(|e| e.into_inner());
@@ -263,27 +225,4 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         hmct_ir::write_atomic(path, &json)?;
     }
     Ok(())
-}
-
-fn progress_bar() -> ProgressBar {
-    if !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
-    }
-    ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr()).with_style(
-        ProgressStyle::with_template("{msg:26} {bar:30} {pos}/{len} ({elapsed})")
-            .expect("a valid template"),
-    )
-}
-
-/// Half the available memory, from /proc/meminfo; 2 GB when unknown.
-fn default_cache_mb() -> usize {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("MemAvailable:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<usize>().ok())
-        })
-        .map_or(2048, |kb| kb / 1024 / 2)
 }

@@ -7,18 +7,17 @@
 //! quantized, a `data_num` beyond the data, a model without calibration nodes) exit
 //! with status 2 and one line before anything is written.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use hmct_cli::listarg::{ListArg, parse_bool, parse_list};
-use hmct_debug::engine::{Engine, EngineOptions};
+use hmct_cli::listarg::parse_bool;
+use hmct_debug::engine::Engine;
 use hmct_debug::sensitivity::{
     NodeType, Sensitivity, SensitivityOptions, get_sensitivity_of_nodes, parse_metrics,
 };
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::UsageError;
+use crate::common::{self, flat, list, usage};
 
 /// Arguments of `get-sensitivity-of-nodes`.
 #[derive(Debug, clap::Args)]
@@ -86,21 +85,6 @@ struct Parsed {
     verbose: bool,
 }
 
-fn usage(e: impl std::fmt::Display) -> anyhow::Error {
-    UsageError(e.to_string()).into()
-}
-
-fn list(flag: &str, value: &str) -> Result<ListArg> {
-    parse_list(value).map_err(|e| usage(format!("{flag}: {e}")))
-}
-
-fn flat(flag: &str, value: &str) -> Result<Vec<String>> {
-    match list(flag, value)? {
-        ListArg::Flat(names) => Ok(names),
-        ListArg::Nested(_) => Err(usage(format!("{flag} takes a flat list, got `{value}`"))),
-    }
-}
-
 fn parse(args: &Args) -> Result<Parsed> {
     let metrics = parse_metrics(&flat("--metrics", &args.metrics)?).map_err(usage)?;
     let node_type: NodeType = args.node_type.parse().map_err(usage)?;
@@ -136,22 +120,9 @@ fn parse(args: &Args) -> Result<Parsed> {
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let parsed = parse(args)?;
-    let model = hmct_ir::load_model(&args.model)?;
-    let cache_bytes = args
-        .cache_mb
-        .unwrap_or_else(default_cache_mb)
-        .saturating_mul(1 << 20);
-    let engine = Engine::new(
-        model,
-        &args.data,
-        &EngineOptions {
-            threads: args.threads,
-            cache_bytes: Some(cache_bytes),
-        },
-    )
-    .with_context(|| format!("{}", args.model.display()))?;
+    let engine = common::open_engine(&args.model, &args.data, args.threads, args.cache_mb)?;
 
-    let bar = progress_bar();
+    let bar = common::progress_bar("probing {bar:30} {pos}/{len} runs ({elapsed}, eta {eta})");
     let progress = |_done: usize, total: usize| {
         bar.set_length(total as u64);
         bar.inc(1);
@@ -187,17 +158,6 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
-fn progress_bar() -> ProgressBar {
-    if !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr()).with_style(
-        ProgressStyle::with_template("probing {bar:30} {pos}/{len} runs ({elapsed}, eta {eta})")
-            .expect("a valid template"),
-    );
-    bar
-}
-
 fn print_timings(result: &Sensitivity, engine: &Engine) {
     let t = &result.timings;
     let secs = |d: std::time::Duration| d.as_secs_f64();
@@ -216,17 +176,4 @@ fn print_timings(result: &Sensitivity, engine: &Engine) {
         wall * secs(t.reduce) / busy,
         engine.cached_bytes() >> 20,
     );
-}
-
-/// Half the available memory, from /proc/meminfo; 2 GB when unknown.
-fn default_cache_mb() -> usize {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("MemAvailable:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<usize>().ok())
-        })
-        .map_or(2048, |kb| kb / 1024 / 2)
 }

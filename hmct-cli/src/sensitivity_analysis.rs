@@ -8,21 +8,19 @@
 //! nodes, a bad metric or qtype, a `data_num` beyond the data) exit with status 2;
 //! an unwritable folder exits with 1; in both cases nothing is left in the folder.
 
-use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use hmct_cli::listarg::{ListArg, parse_list};
-use hmct_debug::engine::{Engine, EngineOptions};
 use hmct_debug::sensitivity::parse_metrics;
 use hmct_debug::sensitivity_analysis::{
     DequantQType, SensitivityAnalysis, SensitivityAnalysisOptions, Stage, sensitivity_analysis,
     write_partial_quantization,
 };
 use hmct_metrics::{Table, format_value};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::UsageError;
+use crate::common::{self, OutputFolder, usage};
 
 /// Arguments of `sensitivity-analysis`.
 #[derive(Debug, clap::Args)]
@@ -80,10 +78,6 @@ pub struct Args {
     pub cache_mb: Option<usize>,
 }
 
-fn usage(e: impl std::fmt::Display) -> anyhow::Error {
-    UsageError(e.to_string()).into()
-}
-
 fn parse(args: &Args) -> Result<SensitivityAnalysisOptions> {
     let metric = match parse_list(&args.metric).map_err(|e| usage(format!("--metric: {e}")))? {
         ListArg::Flat(names) if names.len() == 1 => parse_metrics(&names).map_err(usage)?[0],
@@ -119,24 +113,11 @@ fn parse(args: &Args) -> Result<SensitivityAnalysisOptions> {
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let options = parse(args)?;
-    let model = hmct_ir::load_model(&args.model)?;
-    let cache_bytes = args
-        .cache_mb
-        .unwrap_or_else(default_cache_mb)
-        .saturating_mul(1 << 20);
-    let engine = Engine::new(
-        model,
-        &args.data,
-        &EngineOptions {
-            threads: args.threads,
-            cache_bytes: Some(cache_bytes),
-        },
-    )
-    .with_context(|| format!("{}", args.model.display()))?;
+    let engine = common::open_engine(&args.model, &args.data, args.threads, args.cache_mb)?;
 
     // Fail on an unwritable folder before the analysis, not after it.
     let folder = OutputFolder::prepare(&args.save_dir)?;
-    let bar = progress_bar();
+    let bar = common::progress_bar("{msg} {bar:30} {pos}/{len} runs ({elapsed}, eta {eta})");
     let progress = |stage: Stage, _done: usize, total: usize| {
         let message = match stage {
             Stage::Ranking => "ranking",
@@ -214,61 +195,4 @@ fn series_table(result: &SensitivityAnalysis) -> Table {
         table.push_row(row).expect("one cell per column");
     }
     table
-}
-
-/// The save folder, created if missing and checked for writing; `discard` removes it
-/// again if this run created it and left it empty.
-struct OutputFolder {
-    path: PathBuf,
-    created: bool,
-}
-
-impl OutputFolder {
-    fn prepare(path: &Path) -> Result<OutputFolder> {
-        let created = !path.exists();
-        std::fs::create_dir_all(path)
-            .with_context(|| format!("{}: cannot create folder", path.display()))?;
-        let folder = OutputFolder {
-            path: path.to_path_buf(),
-            created,
-        };
-        if let Err(e) = tempfile::NamedTempFile::new_in(path) {
-            folder.discard();
-            return Err(anyhow::anyhow!(
-                "{}: cannot write here: {e}",
-                path.display()
-            ));
-        }
-        Ok(folder)
-    }
-
-    fn discard(&self) {
-        if self.created {
-            // Only an empty folder goes: remove_dir refuses anything else.
-            let _ = std::fs::remove_dir(&self.path);
-        }
-    }
-}
-
-fn progress_bar() -> ProgressBar {
-    if !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
-    }
-    ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr()).with_style(
-        ProgressStyle::with_template("{msg} {bar:30} {pos}/{len} runs ({elapsed}, eta {eta})")
-            .expect("a valid template"),
-    )
-}
-
-/// Half the available memory, from /proc/meminfo; 2 GB when unknown.
-fn default_cache_mb() -> usize {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("MemAvailable:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<usize>().ok())
-        })
-        .map_or(2048, |kb| kb / 1024 / 2)
 }

@@ -1,0 +1,128 @@
+//! Pieces every analysis sub-command shares: usage errors, list flags, opening the
+//! engine with its cache budget, the save folder, the progress bar.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use hmct_cli::listarg::{ListArg, parse_list};
+use hmct_debug::acc_error::NodeList;
+use hmct_debug::engine::{Engine, EngineOptions};
+use hmct_plot::Format;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::UsageError;
+
+/// A mistake in the arguments: one line, exit status 2.
+pub(crate) fn usage(e: impl std::fmt::Display) -> anyhow::Error {
+    UsageError(e.to_string()).into()
+}
+
+/// A list flag in the seeds' syntax.
+pub(crate) fn list(flag: &str, value: &str) -> Result<ListArg> {
+    parse_list(value).map_err(|e| usage(format!("{flag}: {e}")))
+}
+
+/// A list flag that must not be nested.
+pub(crate) fn flat(flag: &str, value: &str) -> Result<Vec<String>> {
+    match list(flag, value)? {
+        ListArg::Flat(names) => Ok(names),
+        ListArg::Nested(_) => Err(usage(format!("{flag} takes a flat list, got `{value}`"))),
+    }
+}
+
+/// `quantize_node` / `non_quantize_node`: flat (one curve per name) or nested.
+pub(crate) fn node_list(flag: &str, value: &str) -> Result<NodeList> {
+    Ok(match list(flag, value)? {
+        ListArg::Flat(names) => NodeList::Flat(names),
+        ListArg::Nested(groups) => NodeList::Nested(groups),
+    })
+}
+
+pub(crate) fn parse_format(value: &str) -> Result<Format> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "png" => Ok(Format::Png),
+        "svg" => Ok(Format::Svg),
+        _ => Err(usage(format!("--format: '{value}' is not png or svg"))),
+    }
+}
+
+/// Loads the model and opens the engine on the data, caching activations within
+/// `cache_mb` (default: half the available memory).
+pub(crate) fn open_engine(
+    model: &Path,
+    data: &Path,
+    threads: usize,
+    cache_mb: Option<usize>,
+) -> Result<Engine> {
+    let loaded = hmct_ir::load_model(model)?;
+    let cache_bytes = cache_mb
+        .unwrap_or_else(default_cache_mb)
+        .saturating_mul(1 << 20);
+    Engine::new(
+        loaded,
+        data,
+        &EngineOptions {
+            threads,
+            cache_bytes: Some(cache_bytes),
+        },
+    )
+    .with_context(|| format!("{}", model.display()))
+}
+
+/// Half the available memory, from /proc/meminfo; 2 GB when unknown.
+fn default_cache_mb() -> usize {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemAvailable:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<usize>().ok())
+        })
+        .map_or(2048, |kb| kb / 1024 / 2)
+}
+
+/// A progress bar on stderr with this indicatif template, hidden when stderr is not
+/// a terminal (so logs and tests see no bar).
+pub(crate) fn progress_bar(template: &str) -> ProgressBar {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr())
+        .with_style(ProgressStyle::with_template(template).expect("a valid template"))
+}
+
+/// The save folder, created if missing and checked for writing; `discard` removes it
+/// again if this run created it and left it empty.
+pub(crate) struct OutputFolder {
+    path: PathBuf,
+    created: bool,
+}
+
+impl OutputFolder {
+    pub(crate) fn prepare(path: &Path) -> Result<OutputFolder> {
+        let created = !path.exists();
+        std::fs::create_dir_all(path)
+            .with_context(|| format!("{}: cannot create folder", path.display()))?;
+        let folder = OutputFolder {
+            path: path.to_path_buf(),
+            created,
+        };
+        if let Err(e) = tempfile::NamedTempFile::new_in(path) {
+            folder.discard();
+            return Err(anyhow::anyhow!(
+                "{}: cannot write here: {e}",
+                path.display()
+            ));
+        }
+        Ok(folder)
+    }
+
+    pub(crate) fn discard(&self) {
+        if self.created {
+            // Only an empty folder goes: remove_dir refuses anything else.
+            let _ = std::fs::remove_dir(&self.path);
+        }
+    }
+}
