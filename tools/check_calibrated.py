@@ -35,6 +35,40 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ort_sensitivity import CalibratedModel, load_samples  # noqa: E402
 
 
+def compare_with_ours(sess, samples, ours_dir, rtol, max_mismatch):
+    """Runs `sess` on every sample and compares each output with our
+    OURS/<output>/<i>.npy; prints one line per output, returns True if any fails."""
+    outputs = [o.name for o in sess.get_outputs()]
+    failed = False
+    for o in outputs:
+        refs, mine = [], []
+        for i, s in enumerate(samples):
+            ref = sess.run([o], s)[0]
+            path = os.path.join(ours_dir, o.replace("/", "_").replace(":", "_"), f"{i}.npy")
+            ours = np.load(path)
+            if ours.shape != ref.shape or ours.dtype != ref.dtype:
+                print(f"{o}: sample {i}: ours {ours.dtype}{ours.shape} vs onnxruntime {ref.dtype}{ref.shape}")
+                failed = True
+                break
+            refs.append(np.asarray(ref, np.float64).ravel())
+            mine.append(np.asarray(ours, np.float64).ravel())
+        else:
+            a, b = np.concatenate(refs), np.concatenate(mine)
+            if a.size == 0:
+                print(f"{o}: empty")
+                continue
+            diff = np.abs(a - b)
+            limit = rtol * float(np.max(np.abs(a)))
+            mismatch = float(np.mean(diff > limit))
+            denom = np.linalg.norm(a) * np.linalg.norm(b)
+            cosine = float(np.dot(a, b) / denom) if denom > 0 else 1.0
+            ok = mismatch <= max_mismatch and cosine >= 0.99999
+            failed |= not ok
+            print(f"{o}: max abs diff {diff.max():.3g}, {mismatch:.4%} of elements beyond {limit:.3g}, "
+                  f"cosine {cosine:.8f} over {len(samples)} sample(s): {'ok' if ok else 'MISMATCH'}")
+    return failed
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("model")
@@ -56,36 +90,9 @@ def main():
     so.intra_op_num_threads = 1
     sess = ort.InferenceSession(qdq, so, providers=["CPUExecutionProvider"])
     inputs = [i.name for i in sess.get_inputs()]
-    outputs = [o.name for o in sess.get_outputs()]
     samples = load_samples(args.data, inputs, None)
 
-    failed = False
-    for o in outputs:
-        refs, mine = [], []
-        for i, s in enumerate(samples):
-            ref = sess.run([o], s)[0]
-            path = os.path.join(args.ours, o.replace("/", "_").replace(":", "_"), f"{i}.npy")
-            ours = np.load(path)
-            if ours.shape != ref.shape or ours.dtype != ref.dtype:
-                print(f"{o}: sample {i}: ours {ours.dtype}{ours.shape} vs onnxruntime {ref.dtype}{ref.shape}")
-                failed = True
-                break
-            refs.append(np.asarray(ref, np.float64).ravel())
-            mine.append(np.asarray(ours, np.float64).ravel())
-        else:
-            a, b = np.concatenate(refs), np.concatenate(mine)
-            if a.size == 0:
-                print(f"{o}: empty")
-                continue
-            diff = np.abs(a - b)
-            limit = args.rtol * float(np.max(np.abs(a)))
-            mismatch = float(np.mean(diff > limit))
-            denom = np.linalg.norm(a) * np.linalg.norm(b)
-            cosine = float(np.dot(a, b) / denom) if denom > 0 else 1.0
-            ok = mismatch <= args.max_mismatch and cosine >= 0.99999
-            failed |= not ok
-            print(f"{o}: max abs diff {diff.max():.3g}, {mismatch:.4%} of elements beyond {limit:.3g}, "
-                  f"cosine {cosine:.8f} over {len(samples)} sample(s): {'ok' if ok else 'MISMATCH'}")
+    failed = compare_with_ours(sess, samples, args.ours, args.rtol, args.max_mismatch)
     sys.exit(1 if failed else 0)
 
 
