@@ -19,6 +19,7 @@ mod mixed_precision;
 mod modify;
 mod outliers;
 mod precision_table;
+mod report;
 mod run;
 mod runall;
 mod sensitivity;
@@ -70,6 +71,8 @@ enum Command {
     MixedPrecision(mixed_precision::Args),
     /// Export standard QuantizeLinear/DequantizeLinear ONNX.
     ExportQdq(export_qdq::Args),
+    /// One self-contained HTML page over a runall result folder.
+    Report(report::Args),
 }
 
 /// A mistake in the command line found after parsing (an unknown name, a bad
@@ -106,6 +109,7 @@ fn main() -> ExitCode {
         Command::Modify(args) => modify::run(args, &mut out),
         Command::MixedPrecision(args) => mixed_precision::run(args, &mut out),
         Command::ExportQdq(args) => export_qdq::run(args, &mut out),
+        Command::Report(args) => report::run(args, &mut out),
     };
     let result = result.and_then(|()| out.flush().map_err(anyhow::Error::from));
     match result {
