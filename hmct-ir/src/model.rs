@@ -128,10 +128,34 @@ pub fn save_model(model: &Model, path: impl AsRef<Path>) -> Result<(), IrError> 
 }
 
 /// Writes `bytes` to `path` through a temporary file in the same folder and a rename.
+///
+/// A target that exists and is not a regular file (`/dev/null`, `/dev/stdout`, a
+/// FIFO) is written in place: renaming over it would replace the device or pipe with
+/// a regular file (and, as root, even succeed in `/dev`). A symbolic link is followed,
+/// so the link stays and the file it points to gets the bytes.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), IrError> {
     let io = |error| IrError::Io {
         file: path.display().to_string(),
         error,
+    };
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() && !m.is_dir() => {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(path)
+                .map_err(io)?;
+            return f.write_all(bytes).and_then(|()| f.flush()).map_err(io);
+        }
+        _ => {}
+    }
+    let resolved;
+    let path = match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => {
+            // A dangling link cannot be resolved; replacing it is then the best guess.
+            resolved = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+            resolved.as_path()
+        }
+        _ => path,
     };
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,

@@ -150,11 +150,13 @@ pub fn write_npy(path: &Path, t: &Tensor) -> Result<(), TensorError> {
         source,
     };
     let tmp = path.with_extension("npy.tmp");
-    std::fs::write(&tmp, &bytes).map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        io(e)
-    })
+    // A failed write (a full disk) may have created the temporary file: it goes too.
+    std::fs::write(&tmp, &bytes)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            io(e)
+        })
 }
 
 #[cfg(test)]
