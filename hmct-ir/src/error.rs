@@ -49,6 +49,11 @@ pub enum IrError {
         value: String,
         error: TensorError,
     },
+    #[error("{file}: {error}")]
+    QdqImport {
+        file: String,
+        error: Box<crate::QdqImportError>,
+    },
     #[error("{file}: Constant node '{node}': {message}")]
     InvalidConstant {
         file: String,

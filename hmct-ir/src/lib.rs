@@ -9,6 +9,10 @@
 //! edited through [`CalibrationNodeMut`], and §5 of HZCALIBRATION.md (which
 //! calibration nodes belong to which regular node) lives in [`find_input_calibration`]
 //! and its siblings.
+//!
+//! A standard QDQ model (QuantizeLinear/DequantizeLinear, no calibration node) is
+//! turned into a calibrated model as it is loaded ([`import_qdq`]), so every analysis
+//! works on it unchanged; [`Model::imported_from_qdq`] tells.
 
 mod calibration;
 mod constant;
@@ -16,6 +20,7 @@ mod edit;
 mod error;
 mod model;
 mod qdq;
+mod qdq_import;
 mod qtype;
 mod search;
 #[cfg(feature = "testing")]
@@ -34,6 +39,7 @@ pub use model::{
     write_atomic,
 };
 pub use qdq::{QdqDomain, QdqError, QdqExport, QdqOptions, export_qdq};
+pub use qdq_import::{QdqImport, QdqImportError, import_qdq};
 pub use qtype::{QType, TensorType};
 pub use search::{
     SKIPPABLE_OPS, consumer_label, find_input_calibration, find_output_calibration,

@@ -36,6 +36,8 @@ pub struct Model {
     file: String,
     base_dir: Option<PathBuf>,
     index: Index,
+    /// Set by the loader when the file was a QDQ model (see `qdq_import`).
+    pub(crate) qdq: Option<crate::QdqImport>,
 }
 
 impl fmt::Debug for Model {
@@ -98,7 +100,8 @@ fn decode(bytes: &[u8], file: String, base_dir: Option<PathBuf>) -> Result<Model
     if ir_version >= 3 && proto.opset_import.is_empty() {
         return Err(not_onnx("no opset_import"));
     }
-    Model::build(proto, file, base_dir)
+    let model = Model::build(proto, file, base_dir)?;
+    crate::qdq_import::import_on_load(model)
 }
 
 /// The bytes of the model as it would be saved: the message as held, plus the
@@ -203,6 +206,7 @@ impl Model {
             file,
             base_dir,
             index,
+            qdq: None,
         })
     }
 
