@@ -7,6 +7,7 @@ pub mod calibrate;
 pub mod channelwise;
 pub mod distribution;
 pub mod engine;
+pub mod health;
 pub mod info;
 pub mod mixed_precision;
 pub mod outliers;
