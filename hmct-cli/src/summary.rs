@@ -32,6 +32,8 @@ pub struct Summary {
     pub calibration_nodes: Vec<CalibrationSummary>,
     /// Regular nodes with at least one input calibration node.
     pub quantized_nodes: usize,
+    /// Set when the file was a QDQ model the loader turned into a calibrated one.
+    pub imported_from_qdq: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -142,6 +144,7 @@ pub fn summarize(model: &Model, file: &str) -> Summary {
             .collect(),
         calibration_nodes,
         quantized_nodes: hmct_ir::quantized_nodes(model).len(),
+        imported_from_qdq: model.imported_from_qdq().map(ToString::to_string),
     }
 }
 
@@ -206,6 +209,9 @@ fn print(s: &Summary, out: &mut dyn Write) -> std::io::Result<()> {
         }
     }
 
+    if let Some(import) = &s.imported_from_qdq {
+        writeln!(out, "\nimported from a QDQ model: {import}")?;
+    }
     let weights = s
         .calibration_nodes
         .iter()

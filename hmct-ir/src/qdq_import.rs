@@ -568,16 +568,22 @@ fn unsupported(model: &Model, id: NodeId, message: String) -> QdqImportError {
     }
 }
 
-/// Node and value names in use, to make new ones unique.
+/// Node and value names in use, to make new ones unique. The names of the
+/// QuantizeLinear/DequantizeLinear nodes are free: those nodes go, and a model written
+/// by `export-qdq` gets its calibration node names back.
 struct Names(HashSet<String>);
 
 impl Names {
     fn new(model: &Model) -> Names {
         let g = model.graph_proto();
+        let replaced = |n: &NodeProto| matches!(n.op_type(), QUANTIZE | DEQUANTIZE);
         Names(
             g.node
                 .iter()
-                .flat_map(|n| n.output.iter().cloned().chain([n.name().to_string()]))
+                .flat_map(|n| {
+                    let name = (!replaced(n)).then(|| n.name().to_string());
+                    n.output.iter().cloned().chain(name)
+                })
                 .chain(g.initializer.iter().map(|t| t.name().to_string()))
                 .chain(g.input.iter().map(|v| v.name().to_string()))
                 .collect(),

@@ -1,0 +1,337 @@
+//! QDQ models loaded as calibrated models, end to end:
+//! - onnxruntime's `quantize_static` fixtures (hmct-ir/tests/fixtures/qdq, made by
+//!   tools/make_qdq_fixture.py) run in our interpreter give onnxruntime's outputs;
+//! - the bundled calibrated model → export-qdq → load gives bit-identical outputs
+//!   and the same sensitivity ranking as the calibrated model itself;
+//! - `summary` and `get-sensitivity-of-nodes` work on a QDQ file; a DequantizeLinear
+//!   fed by a computed tensor and a QLinearConv model fail with one line naming the
+//!   node, exit status 1.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use hmct_debug::engine::{Engine, EngineOptions};
+use hmct_debug::sensitivity::{
+    NodeType, Sensitivity, SensitivityOptions, get_sensitivity_of_nodes,
+};
+use hmct_ir::{Model, QdqOptions, export_qdq, load_model, load_model_from_bytes, model_to_bytes};
+use hmct_proto::Message;
+use hmct_proto::onnx::{
+    GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TypeProto, ValueInfoProto,
+    type_proto,
+};
+use hmct_quant::{Config, Session, plan_model};
+use hmct_tensor::{Tensor, read_npy};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn fixtures() -> PathBuf {
+    repo().join("hmct-ir/tests/fixtures/qdq")
+}
+
+fn example_data() -> PathBuf {
+    repo().join("examples/tiny_cnn/calibration_data")
+}
+
+fn sample(i: usize) -> Tensor {
+    read_npy(&example_data().join(format!("input/{i}.npy"))).unwrap()
+}
+
+fn run_outputs(model: &Model, config: &Config, i: usize) -> Vec<Tensor> {
+    let session = Session::new(plan_model(model).unwrap(), 1).unwrap();
+    session
+        .run(&[("input", sample(i))], config)
+        .unwrap()
+        .into_iter()
+        .map(|t| (*t).clone())
+        .collect()
+}
+
+fn f32s(t: &Tensor) -> Vec<f32> {
+    t.as_f32().unwrap().iter().copied().collect()
+}
+
+/// Our outputs of the imported fixtures against onnxruntime's. The two compute
+/// convolutions in different orders, so values differ in the last bits; the
+/// quantization steps in between can turn such a difference into one quantization
+/// step only when a value sits on a rounding boundary, which the bound would show.
+#[test]
+fn imported_fixtures_match_onnxruntime() {
+    for variant in ["u8s8_per_channel", "s8s8_per_tensor"] {
+        let model = load_model(fixtures().join(format!("{variant}.onnx"))).unwrap();
+        assert!(model.imported_from_qdq().is_some());
+        let names: Vec<String> = model.outputs().to_vec();
+        let mut worst = 0f32;
+        for i in 0..2 {
+            let ours = run_outputs(&model, &Config::calibrated(), i);
+            for (name, ours) in names.iter().zip(&ours) {
+                let theirs =
+                    read_npy(&fixtures().join(format!("{variant}/{name}/{i}.npy"))).unwrap();
+                assert_eq!(ours.shape(), theirs.shape(), "{variant} {name}");
+                let diff = f32s(ours)
+                    .iter()
+                    .zip(f32s(&theirs))
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0f32, f32::max);
+                worst = worst.max(diff);
+            }
+        }
+        eprintln!("{variant}: max |ours - onnxruntime| = {worst:e}");
+        assert!(worst <= 1e-4, "{variant}: max abs diff {worst}");
+    }
+}
+
+fn sensitivity(model: &Model, node_type: NodeType) -> Sensitivity {
+    let engine = Engine::new(
+        model.clone(),
+        &example_data(),
+        &EngineOptions {
+            threads: 1,
+            cache_bytes: None,
+        },
+    )
+    .unwrap();
+    let options = SensitivityOptions {
+        node_type,
+        ..Default::default()
+    };
+    get_sensitivity_of_nodes(&engine, &options, &|_, _| {}).unwrap()
+}
+
+/// Calibrated → export-qdq → bytes → load: the same model. Names of calibration
+/// nodes are derived from their input tensor on both sides, so they compare directly.
+#[test]
+fn calibrated_model_round_trips_through_qdq() {
+    let calibrated = load_model(repo().join("examples/tiny_cnn/calibrated_model.onnx")).unwrap();
+    let exported = export_qdq(&calibrated, &QdqOptions::default()).unwrap();
+    let imported = load_model_from_bytes(&model_to_bytes(&exported.model)).unwrap();
+    let report = imported.imported_from_qdq().unwrap();
+    assert_eq!(
+        (report.pairs, report.weights, report.biases),
+        (calibrated.calibration_nodes().len(), 0, 0)
+    );
+    let inputs = |m: &Model| -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = m
+            .calibration_nodes()
+            .into_iter()
+            .map(|id| {
+                let c = m.calibration(id).unwrap();
+                (c.input().to_string(), c.name().to_string())
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(inputs(&imported), inputs(&calibrated));
+
+    for config in [Config::calibrated(), Config::float()] {
+        for i in 0..8 {
+            let a = run_outputs(&calibrated, &config, i);
+            let b = run_outputs(&imported, &config, i);
+            let bits = |ts: &[Tensor]| -> Vec<u32> {
+                ts.iter().flat_map(|t| f32s(t)).map(f32::to_bits).collect()
+            };
+            assert_eq!(bits(&a), bits(&b), "sample {i}");
+        }
+    }
+
+    for node_type in [NodeType::Node, NodeType::Weight, NodeType::Activation] {
+        let (a, b) = (
+            sensitivity(&calibrated, node_type),
+            sensitivity(&imported, node_type),
+        );
+        let ranking = |s: &Sensitivity| -> Vec<(String, Vec<String>, Vec<u64>)> {
+            s.entries
+                .iter()
+                .map(|e| {
+                    (
+                        e.name.clone(),
+                        e.calibrations.clone(),
+                        e.values.0.iter().map(|(_, v)| v.to_bits()).collect(),
+                    )
+                })
+                .collect()
+        };
+        assert!(!a.entries.is_empty());
+        assert_eq!(ranking(&a), ranking(&b), "{node_type:?}");
+    }
+}
+
+fn debugger(args: &[&std::ffi::OsStr]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hmct-debugger"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stdout_of(args: &[&std::ffi::OsStr]) -> String {
+    let out = debugger(args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn summary_and_sensitivity_run_on_a_qdq_file() {
+    let model = fixtures().join("u8s8_per_channel.onnx");
+    let summary = stdout_of(&["summary".as_ref(), model.as_os_str()]);
+    assert!(
+        summary.contains(
+            "imported from a QDQ model: 12 QuantizeLinear/DequantizeLinear pair(s) and 7 integer weight(s) as HzCalibration nodes, 7 int32 bias(es) as float"
+        ),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("calibration nodes: 19 (7 weight, 12 activation)"),
+        "{summary}"
+    );
+    let row = summary
+        .lines()
+        .find(|l| l.starts_with("input_HzCalibration "))
+        .unwrap_or_else(|| panic!("{summary}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[1..3], ["activation", "uint8"], "{row}");
+    assert_eq!(cells.last(), Some(&"stem_conv"), "{row}");
+
+    let data = example_data();
+    let out = stdout_of(&[
+        "get-sensitivity-of-nodes".as_ref(),
+        model.as_os_str(),
+        data.as_os_str(),
+        "-v".as_ref(),
+        "True".as_ref(),
+    ]);
+    for node in ["stem_conv", "down_conv", "res_add", "fc", "softmax"] {
+        assert!(
+            out.lines()
+                .any(|l| l.split_whitespace().next() == Some(node)),
+            "{node} missing: {out}"
+        );
+    }
+}
+
+fn float_value(name: &str, dims: &[i64]) -> ValueInfoProto {
+    use hmct_proto::onnx::{TensorShapeProto, tensor_shape_proto};
+    ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(1),
+                shape: Some(TensorShapeProto {
+                    dim: dims
+                        .iter()
+                        .map(|&d| tensor_shape_proto::Dimension {
+                            value: Some(tensor_shape_proto::dimension::Value::DimValue(d)),
+                            ..Default::default()
+                        })
+                        .collect(),
+                }),
+            })),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// A model `x → nodes → y` with a scale `s` and an int8 zero point `z`.
+fn bad_model(dir: &Path, file: &str, nodes: Vec<NodeProto>) -> PathBuf {
+    let proto = ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(17),
+        }],
+        graph: Some(GraphProto {
+            name: Some("g".into()),
+            node: nodes,
+            initializer: vec![
+                TensorProto {
+                    name: Some("s".into()),
+                    data_type: Some(1),
+                    float_data: vec![0.1],
+                    ..Default::default()
+                },
+                TensorProto {
+                    name: Some("z".into()),
+                    data_type: Some(3),
+                    int32_data: vec![0],
+                    ..Default::default()
+                },
+            ],
+            input: vec![float_value("x", &[1, 4])],
+            output: vec![float_value("y", &[1, 4])],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let path = dir.join(file);
+    std::fs::write(&path, proto.encode_to_vec()).unwrap();
+    path
+}
+
+fn node(name: &str, op: &str, inputs: &[&str], output: &str) -> NodeProto {
+    NodeProto {
+        name: Some(name.into()),
+        op_type: Some(op.into()),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: vec![output.into()],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn bad_qdq_models_fail_with_one_line_naming_the_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let computed = bad_model(
+        dir.path(),
+        "computed.onnx",
+        vec![
+            node("q", "QuantizeLinear", &["x", "s", "z"], "xq"),
+            node("dq", "DequantizeLinear", &["xq", "s", "z"], "xd"),
+            node("relu", "Relu", &["xd"], "r"),
+            node("dq_relu", "DequantizeLinear", &["r", "s", "z"], "y"),
+        ],
+    );
+    let qlinear = bad_model(
+        dir.path(),
+        "qlinear.onnx",
+        vec![
+            node("q", "QuantizeLinear", &["x", "s", "z"], "xq"),
+            node(
+                "qconv",
+                "QLinearConv",
+                &["xq", "s", "z", "xq", "s", "z", "s", "z"],
+                "yq",
+            ),
+            node("dq", "DequantizeLinear", &["yq", "s", "z"], "y"),
+        ],
+    );
+    for (model, needle) in [
+        (
+            &computed,
+            "DequantizeLinear 'dq_relu': its input 'r' is neither the output of a QuantizeLinear nor a constant",
+        ),
+        (&qlinear, "node 'qconv' is a QLinearConv"),
+    ] {
+        let data = example_data();
+        for args in [
+            vec!["summary".as_ref(), model.as_os_str()],
+            vec![
+                "get-sensitivity-of-nodes".as_ref(),
+                model.as_os_str(),
+                data.as_os_str(),
+            ],
+        ] {
+            let out = debugger(&args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{stderr}");
+            assert_eq!(stderr.lines().count(), 1, "{stderr}");
+            assert!(stderr.contains(needle), "{stderr}");
+        }
+    }
+}
