@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use hmct_ir::{CalibrationNode, Model, NodeId, QType, TensorType};
+use hmct_ir::{CalibrationNode, Model, NodeId, TensorType};
 use hmct_quant::{Base, Slot};
 use hmct_tensor::Tensor;
 use serde::Serialize;
@@ -85,6 +85,43 @@ impl Finding {
     }
 }
 
+/// What the checks saw of one calibration node (for the report's per-node detail).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CalibrationSummary {
+    pub node: String,
+    /// `weight` or `feature`.
+    pub tensor_type: String,
+    pub qtype: String,
+    pub per_channel: bool,
+    /// Number of thresholds, and their smallest and largest finite value.
+    pub thresholds: usize,
+    pub threshold_min: Option<f64>,
+    pub threshold_max: Option<f64>,
+    /// The quantized nodes it feeds, `;`-separated.
+    pub consumers: String,
+    /// Largest finite |x| of the weight, or of the activation over the data (none
+    /// when no data reaches it).
+    pub max_abs: Option<f64>,
+}
+
+impl CalibrationSummary {
+    fn new(model: &Model, cal: &CalibrationNode<'_>, max_abs: Option<f64>) -> CalibrationSummary {
+        let t = cal.thresholds();
+        let finite = || t.iter().filter(|v| v.is_finite()).map(|v| f64::from(*v));
+        CalibrationSummary {
+            node: cal.name().to_string(),
+            tensor_type: cal.tensor_type().to_string(),
+            qtype: cal.qtype().to_string(),
+            per_channel: cal.is_per_channel(),
+            thresholds: t.len(),
+            threshold_min: finite().reduce(f64::min),
+            threshold_max: finite().reduce(f64::max),
+            consumers: hmct_ir::consumer_label(model, cal.id()),
+            max_abs,
+        }
+    }
+}
+
 /// Everything found, and on how many samples (0: the model alone).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct HealthReport {
@@ -92,6 +129,8 @@ pub struct HealthReport {
     pub warnings: usize,
     pub infos: usize,
     pub findings: Vec<Finding>,
+    /// Every calibration node, in graph order.
+    pub calibrations: Vec<CalibrationSummary>,
 }
 
 impl HealthReport {
@@ -107,6 +146,7 @@ impl HealthReport {
             warnings,
             infos: findings.len() - warnings,
             findings,
+            calibrations: Vec::new(),
         }
     }
 }
@@ -148,12 +188,66 @@ pub fn check_model(model: &Model) -> Vec<Finding> {
 }
 
 /// The checks on the float model's run over the first `data_num` samples (all when
-/// `None`). `progress` gets (samples done, samples).
+/// `None`): the number of samples used and the findings. `progress` gets (samples
+/// done, samples).
 pub fn check_data(
     engine: &Engine,
     data_num: Option<usize>,
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<(usize, Vec<Finding>), HealthError> {
+    let observed = observe(engine, data_num, progress)?;
+    Ok((observed.samples, data_findings(engine.model(), &observed)))
+}
+
+/// [`check_model`] and [`check_data`] together, warnings first, with what was seen
+/// of every calibration node.
+pub fn check_all(
+    engine: &Engine,
+    data_num: Option<usize>,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<HealthReport, HealthError> {
+    let model = engine.model();
+    let mut findings = check_model(model);
+    let observed = observe(engine, data_num, progress)?;
+    findings.extend(data_findings(model, &observed));
+    let mut report = HealthReport::new(observed.samples, findings);
+    report.calibrations = model
+        .calibration_nodes()
+        .into_iter()
+        .filter_map(|id| model.calibration(id))
+        .map(|cal| {
+            let max_abs = if cal.tensor_type() == TensorType::Weight {
+                match model.constant_tensor(cal.input()) {
+                    Ok(Some(w)) => Some(Stats::of(&w, None).overall()),
+                    _ => None,
+                }
+            } else {
+                observed
+                    .activations
+                    .iter()
+                    .find(|(a, s)| *a == cal.id() && s.elements > 0)
+                    .map(|(_, s)| s.overall())
+            };
+            CalibrationSummary::new(model, &cal, max_abs)
+        })
+        .collect();
+    Ok(report)
+}
+
+/// What the float model computes over the data.
+struct Observed {
+    samples: usize,
+    /// Per graph input: name, NaN/inf count, samples holding any.
+    inputs: Vec<(String, usize, usize)>,
+    /// Per activation calibration node with a computed input.
+    activations: Vec<(NodeId, Stats)>,
+}
+
+fn observe(
+    engine: &Engine,
+    data_num: Option<usize>,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<Observed, HealthError> {
     let samples = engine.sample_count(data_num)?;
     let model = engine.model();
     let plan = engine.plan();
@@ -174,6 +268,8 @@ pub fn check_data(
         .map(|(id, _)| model.calibration(*id).and_then(|c| channel_axis(&c)))
         .collect();
 
+    // A float probe without overrides re-runs nothing: it reads the captures, which
+    // the engine keeps for the analyses that follow.
     let probe = Probe {
         base: Base::Float,
         overrides: Vec::new(),
@@ -204,10 +300,26 @@ pub fn check_data(
             acc.merge(s);
         }
     }
+    Ok(Observed {
+        samples,
+        inputs: inputs
+            .into_iter()
+            .zip(input_bad)
+            .map(|((name, _), (count, in_samples))| (name, count, in_samples))
+            .collect(),
+        activations: activations
+            .into_iter()
+            .zip(merged)
+            .map(|((id, _), s)| (id, s))
+            .collect(),
+    })
+}
 
+fn data_findings(model: &Model, observed: &Observed) -> Vec<Finding> {
+    let samples = observed.samples;
     let mut findings = Vec::new();
-    for ((name, _), (count, in_samples)) in inputs.iter().zip(input_bad) {
-        if count > 0 {
+    for (name, count, in_samples) in &observed.inputs {
+        if *count > 0 {
             findings.push(
                 Finding::new(
                     Severity::Warning,
@@ -217,29 +329,17 @@ pub fn check_data(
                         "input '{name}' holds {count} NaN/inf value(s) in {in_samples} of {samples} sample(s)"
                     ),
                 )
-                .with("count", count as f64)
-                .with("samples", in_samples as f64),
+                .with("count", *count as f64)
+                .with("samples", *in_samples as f64),
             );
         }
     }
-    for ((id, _), stats) in activations.iter().zip(&merged) {
+    for (id, stats) in &observed.activations {
         if let Some(cal) = model.calibration(*id) {
             check_activation(&cal, stats, &mut findings);
         }
     }
-    Ok((samples, findings))
-}
-
-/// [`check_model`] and [`check_data`] together, warnings first.
-pub fn check_all(
-    engine: &Engine,
-    data_num: Option<usize>,
-    progress: &(dyn Fn(usize, usize) + Sync),
-) -> Result<HealthReport, HealthError> {
-    let mut findings = check_model(engine.model());
-    let (samples, data) = check_data(engine, data_num, progress)?;
-    findings.extend(data);
-    Ok(HealthReport::new(samples, findings))
+    findings
 }
 
 /// Largest |x| (per channel when an axis is given) and NaN/inf count of a value.
@@ -285,6 +385,10 @@ impl Stats {
             }
         }
         stats
+    }
+
+    fn overall(&self) -> f64 {
+        self.max_abs.iter().fold(0.0f64, |m, v| m.max(*v))
     }
 
     fn merge(&mut self, other: Stats) {
@@ -570,7 +674,7 @@ fn compare_range(
                 format!(
                     "threshold {t:.6} is {ratio:.1}x max|{what}| {m:.6}{}: most of the {} range is never used",
                     channel(c),
-                    qtype_name(&cal.qtype())
+                    cal.qtype()
                 ),
             )
             .with("max_abs", m)
@@ -580,10 +684,6 @@ fn compare_range(
             .with("channels_over_limit", wasted as f64),
         );
     }
-}
-
-fn qtype_name(q: &QType) -> String {
-    q.to_string()
 }
 
 /// NaN/inf in initializers, reported at the node that reads the weight (its

@@ -149,6 +149,52 @@ fn a_clean_model_has_no_finding() {
     assert_eq!(report.samples, 2);
     assert!(report.findings.is_empty(), "{:#?}", report.findings);
     assert_eq!((report.warnings, report.infos), (0, 0));
+
+    // What was seen of each calibration node, in graph order.
+    let seen: Vec<_> = report
+        .calibrations
+        .iter()
+        .map(|c| {
+            (
+                c.node.as_str(),
+                c.tensor_type.as_str(),
+                c.qtype.as_str(),
+                c.per_channel,
+                c.thresholds,
+                c.threshold_min,
+                c.threshold_max,
+                c.consumers.as_str(),
+                c.max_abs,
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (
+                "x_HzCalibration",
+                "feature",
+                "int8",
+                false,
+                1,
+                Some(1.0),
+                Some(1.0),
+                "conv",
+                Some(1.0)
+            ),
+            (
+                "w_HzCalibration",
+                "weight",
+                "int8",
+                true,
+                2,
+                Some(0.5),
+                Some(1.0),
+                "conv",
+                Some(1.0)
+            ),
+        ]
+    );
 }
 
 #[test]
