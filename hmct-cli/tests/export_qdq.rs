@@ -104,3 +104,178 @@ fn exported_models_match_our_interpreter_in_onnxruntime() {
         );
     }
 }
+
+/// A float model whose ConvTranspose has `group = 2`, so its per-channel weight
+/// calibration regroups the output channels (HZCALIBRATION §3): x [1, 4, 5, 5] →
+/// ConvTranspose(W [4, 3, 3, 3], group 2, stride 2) → Relu → Conv 1x1 → y.
+fn grouped_deconv_model(dir: &Path) -> (PathBuf, PathBuf) {
+    use hmct_proto::onnx::{
+        AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
+        TensorShapeProto, TypeProto, ValueInfoProto, attribute_proto::AttributeType,
+        tensor_shape_proto::Dimension, type_proto,
+    };
+    let value = |name: &str, dims: &[i64]| ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(1),
+                shape: Some(TensorShapeProto {
+                    dim: dims
+                        .iter()
+                        .map(|&d| Dimension {
+                            value: Some(
+                                hmct_proto::onnx::tensor_shape_proto::dimension::Value::DimValue(d),
+                            ),
+                            ..Default::default()
+                        })
+                        .collect(),
+                }),
+            })),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    // Channels differ in range by up to 8x, so one scale per tensor would not do.
+    let weight = |name: &str, dims: &[i64], channel_axis: usize| {
+        let n: i64 = dims.iter().product();
+        let inner: i64 = dims[channel_axis + 1..].iter().product();
+        TensorProto {
+            name: Some(name.into()),
+            dims: dims.to_vec(),
+            data_type: Some(1),
+            float_data: (0..n)
+                .map(|k| {
+                    let channel = (k / inner) % dims[channel_axis];
+                    let row = k / (inner * dims[channel_axis]);
+                    let wave = ((k * 37 % 101) as f32 / 50.0) - 1.0;
+                    wave * (0.05 + 0.1 * (channel + 2 * row) as f32)
+                })
+                .collect(),
+            ..Default::default()
+        }
+    };
+    let attr = |name: &str, ints: Vec<i64>| AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Ints as i32),
+        ints,
+        ..Default::default()
+    };
+    let node = |name: &str, op: &str, inputs: &[&str], output: &str| NodeProto {
+        name: Some(name.into()),
+        op_type: Some(op.into()),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: vec![output.into()],
+        ..Default::default()
+    };
+    let mut deconv = node("up", "ConvTranspose", &["x", "w_up"], "u");
+    deconv.attribute = vec![
+        AttributeProto {
+            name: Some("group".into()),
+            r#type: Some(AttributeType::Int as i32),
+            i: Some(2),
+            ..Default::default()
+        },
+        attr("strides", vec![2, 2]),
+    ];
+    let proto = ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(17),
+        }],
+        graph: Some(GraphProto {
+            name: Some("grouped_deconv".into()),
+            node: vec![
+                deconv,
+                node("relu", "Relu", &["u"], "r"),
+                node("head", "Conv", &["r", "w_head"], "y"),
+            ],
+            initializer: vec![
+                weight("w_up", &[4, 3, 3, 3], 1),
+                weight("w_head", &[2, 6, 1, 1], 0),
+            ],
+            input: vec![value("x", &[1, 4, 5, 5])],
+            output: vec![value("y", &[1, 2, 11, 11])],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let model = dir.join("grouped_deconv.onnx");
+    let loaded = hmct_ir::Model::from_proto(proto, None).unwrap();
+    hmct_ir::save_model(&loaded, &model).unwrap();
+    let data = dir.join("data");
+    std::fs::create_dir_all(data.join("x")).unwrap();
+    for s in 0..3 {
+        let values: Vec<f32> = (0..100)
+            .map(|k| (((k * 13 + s * 7) % 29) as f32 / 7.0) - 2.0)
+            .collect();
+        let x = hmct_tensor::Tensor::from_f32(&[1, 4, 5, 5], values).unwrap();
+        hmct_tensor::write_npy(&data.join(format!("x/{s}.npy")), &x).unwrap();
+    }
+    (model, data)
+}
+
+/// Grouped ConvTranspose: calibrate gives its weight one threshold per output channel
+/// of every group; export-qdq quantizes it per-axis in a regrouped layout; onnxruntime
+/// on the export equals our interpreter on the calibrated model.
+#[test]
+fn grouped_conv_transpose_weights_export_and_match_onnxruntime() {
+    let dir = tempfile::tempdir().unwrap();
+    let (float, data) = grouped_deconv_model(dir.path());
+    let calibrated = dir.path().join("calibrated.onnx");
+    let qdq = dir.path().join("qdq.onnx");
+    debugger(&[
+        "calibrate",
+        float.to_str().unwrap(),
+        data.to_str().unwrap(),
+        "-o",
+        calibrated.to_str().unwrap(),
+    ]);
+    let model = hmct_ir::load_model(&calibrated).unwrap();
+    let weight = model
+        .calibration_nodes()
+        .into_iter()
+        .filter_map(|id| model.calibration(id))
+        .find(|c| c.input() == "w_up")
+        .expect("the deconvolution weight is calibrated");
+    assert_eq!(weight.thresholds().len(), 6, "2 groups x 3 output channels");
+    let stdout = debugger(&[
+        "export-qdq",
+        calibrated.to_str().unwrap(),
+        "-o",
+        qdq.to_str().unwrap(),
+    ]);
+    assert!(
+        stdout.contains("standard QuantizeLinear/DequantizeLinear"),
+        "{stdout}"
+    );
+    let exported = hmct_ir::load_model(&qdq).unwrap();
+    assert!(
+        exported.initializer("w_up").is_none(),
+        "the old layout is dropped"
+    );
+    let Some(python) = std::env::var_os("HMCT_PYTHON") else {
+        eprintln!("onnxruntime comparison skipped: set HMCT_PYTHON");
+        return;
+    };
+    let ours = dir.path().join("ours");
+    debugger(&[
+        "run",
+        calibrated.to_str().unwrap(),
+        data.to_str().unwrap(),
+        "-o",
+        ours.to_str().unwrap(),
+    ]);
+    let out = Command::new(python)
+        .arg(repo().join("tools/run_ort.py"))
+        .args([&qdq, &data, &ours])
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{report}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(report.contains("y:"), "{report}");
+}

@@ -10,8 +10,9 @@
 //!   MatMul (initializers, `Constant` outputs, or anything the planner folds to a
 //!   constant), one threshold per output channel: Conv axis 0, ConvTranspose axis 1,
 //!   Gemm axis 1 (axis 0 with `transB`), MatMul `[..., K, N]` the last axis; the
-//!   threshold is the channel's largest |w|. A ConvTranspose with `group > 1` is
-//!   refused (see [`CalibrateError::GroupedConvTranspose`]).
+//!   threshold is the channel's largest |w|. A ConvTranspose with `group > 1` has
+//!   `group * C_out/g` output channels spread over axes 0 and 1 (§3 of the spec):
+//!   element `[i, j, ..]` belongs to channel `(i / (C_in/g)) * (C_out/g) + j`.
 //! - Nodes are named `<tensor>_HzCalibration` (with `_1`, `_2`, ... on a clash), their
 //!   output `<name>_output`, and carry `qtype`, `thresholds`, `scales`, `axis` (per
 //!   channel), `group` (weights), `constant = 1`, `switch = ON` and `tensor_type`.
@@ -175,11 +176,14 @@ pub enum CalibrateError {
         suggestions: Vec<String>,
     },
     #[error(
-        "node '{node}': ConvTranspose with group {group} needs per-group weight channels, \
-         which the interpreter's fake quantization cannot express yet; leave it float with \
-         --skip-nodes {node}"
+        "node '{node}': ConvTranspose weight of shape {shape:?} cannot be split into \
+         {group} groups"
     )]
-    GroupedConvTranspose { node: String, group: i64 },
+    BadGroups {
+        node: String,
+        group: i64,
+        shape: Vec<usize>,
+    },
     #[error("no calibration samples")]
     NoSamples,
     #[error("{0}")]
@@ -443,10 +447,14 @@ fn collect_candidates(
                     else {
                         continue;
                     };
-                    if op == "ConvTranspose" && group > 1 {
-                        return Err(CalibrateError::GroupedConvTranspose {
+                    if op == "ConvTranspose"
+                        && group > 1
+                        && (group as usize > c.shape()[0] || c.shape()[0] % group as usize != 0)
+                    {
+                        return Err(CalibrateError::BadGroups {
                             node: node.name().to_string(),
                             group,
+                            shape: c.shape().to_vec(),
                         });
                     }
                     Some(layout)
@@ -568,15 +576,21 @@ fn f32_values(t: &Tensor) -> Option<Cow<'_, [f32]>> {
 }
 
 /// Largest |w| per slice along `axis` (the whole tensor when `None`).
-fn channel_max_abs(data: &[f32], shape: &[usize], axis: Option<usize>) -> Vec<f32> {
+/// Largest |w| per channel along `axis`; with `groups > 1` (a grouped ConvTranspose
+/// weight `[C_in, C_out/g, ..]`, axis 1) per output channel of every group.
+fn channel_max_abs(data: &[f32], shape: &[usize], axis: Option<usize>, groups: usize) -> Vec<f32> {
     let Some(axis) = axis else {
         return vec![max_abs(data)];
     };
     let channels = shape[axis];
     let inner: usize = shape[axis + 1..].iter().product();
-    let mut out = vec![0f32; channels];
+    let outers: usize = shape[..axis].iter().product();
+    let groups = groups.max(1);
+    let outers_per_group = (outers / groups).max(1);
+    let mut out = vec![0f32; groups * channels];
     for (k, chunk) in data.chunks(inner.max(1)).enumerate() {
-        let c = k % channels.max(1);
+        let outer = k / channels.max(1);
+        let c = (outer / outers_per_group).min(groups - 1) * channels + k % channels.max(1);
         out[c] = out[c].max(max_abs(chunk));
     }
     out
@@ -634,7 +648,7 @@ impl Prepared<'_> {
                 ));
                 continue;
             };
-            let per = channel_max_abs(&data, w.shape(), layout.axis);
+            let per = channel_max_abs(&data, w.shape(), layout.axis, layout.regrouped());
             let max = per.iter().fold(0f32, |m, &v| m.max(v));
             let t = per.iter().map(|&v| usable(v, v, &c.qtype)).collect();
             thresholds[k] = Some((t, max));

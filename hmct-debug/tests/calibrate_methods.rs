@@ -292,35 +292,62 @@ fn weight(name: &str, dims: &[i64]) -> TensorProto {
     }
 }
 
-/// ConvTranspose with group 2 cannot be fake-quantized per output channel yet: a clear
-/// error naming the node and the way out.
+/// ConvTranspose with group 2, weight [C_in=4, C_out/g=3, 2, 2]: six output
+/// channels, element [i, j, ..] in channel (i / 2) * 3 + j (HZCALIBRATION §3). The
+/// thresholds are those channels' max |w| and the calibrated model plans and runs.
 #[test]
-fn grouped_conv_transpose_is_refused() {
+fn grouped_conv_transpose_weights_are_per_output_channel() {
     let mut ct = node("up", "ConvTranspose", &["x", "w"], &["y"]);
     ct.attribute = vec![int_attr("group", 2)];
+    let dims = [4i64, 3, 2, 2];
     let m = model(
         vec![float_value("x", &[1, 4, 3, 3])],
         vec![ct],
-        vec![weight("w", &[4, 3, 2, 2])],
+        vec![weight("w", &dims)],
+        &["y"],
+    );
+    let w: Vec<f32> = (0..48).map(|k| (k % 7) as f32 - 3.0).collect();
+    let mut expected = vec![0f32; 6];
+    for i in 0..4 {
+        for j in 0..3 {
+            let c = (i / 2) * 3 + j;
+            for k in 0..4 {
+                expected[c] = expected[c].max(w[(i * 3 + j) * 4 + k].abs());
+            }
+        }
+    }
+    let x = Tensor::from_f32(&[1, 4, 3, 3], vec![0.5; 36]).unwrap();
+    let samples = vec![vec![("x".to_string(), x.clone())]];
+    let out = calibrate_samples(&m, &samples, &CalibrateOptions::default(), &|_, _| {}).unwrap();
+    let wn = out.report.nodes.iter().find(|n| n.input == "w").unwrap();
+    assert_eq!(wn.axis, Some(1));
+    assert_eq!(wn.thresholds, expected);
+    let plan = hmct_quant::plan_model(&out.model).unwrap();
+    let session = hmct_quant::Session::new(plan, 1).unwrap();
+    let outputs = session
+        .run(&[("x", x)], &hmct_quant::Config::calibrated())
+        .unwrap();
+    assert_eq!(outputs[0].shape(), &[1, 6, 4, 4]);
+
+    // A weight whose first dimension the groups do not divide: one clear error.
+    let mut ct = node("up", "ConvTranspose", &["x", "w"], &["y"]);
+    ct.attribute = vec![int_attr("group", 3)];
+    let m = model(
+        vec![float_value("x", &[1, 4, 3, 3])],
+        vec![ct],
+        vec![weight("w", &dims)],
         &["y"],
     );
     let x = Tensor::from_f32(&[1, 4, 3, 3], vec![0.5; 36]).unwrap();
-    let samples = vec![vec![("x".to_string(), x)]];
-    let err =
-        calibrate_samples(&m, &samples, &CalibrateOptions::default(), &|_, _| {}).unwrap_err();
+    let err = calibrate_samples(
+        &m,
+        &[vec![("x".to_string(), x)]],
+        &CalibrateOptions::default(),
+        &|_, _| {},
+    )
+    .unwrap_err();
     assert!(
-        matches!(err, CalibrateError::GroupedConvTranspose { group: 2, .. }),
-        "{err}"
-    );
-    assert!(err.to_string().contains("--skip-nodes up"), "{err}");
-    // Skipping it leaves nothing to quantize in this one-node model.
-    let options = CalibrateOptions {
-        skip_nodes: vec!["up".into()],
-        ..Default::default()
-    };
-    let err = calibrate_samples(&m, &samples, &options, &|_, _| {}).unwrap_err();
-    assert!(
-        matches!(err, CalibrateError::NothingToQuantize { .. }),
+        matches!(err, CalibrateError::BadGroups { group: 3, .. }),
         "{err}"
     );
 }

@@ -15,6 +15,8 @@ use hmct_proto::onnx::{
 };
 use hmct_tensor::DType;
 
+use hmct_tensor::Tensor;
+
 use crate::{CALIBRATION_DOMAIN, Model, NodeId, QType};
 
 /// Domain of the QuantizeLinear / DequantizeLinear nodes written.
@@ -82,7 +84,63 @@ enum Plan {
         scales: Vec<f32>,
         zero_points: Vec<i64>,
         axis: Option<i64>,
+        regroup: Option<Regroup>,
     },
+}
+
+/// A per-channel weight of a ConvTranspose with `groups > 1`, `[C_in, C_out/g, k..]`:
+/// its output channels are not one axis (HZCALIBRATION §3), so the export quantizes
+/// the same values laid out as `[C_in/g, C_out, k..]` (channels on axis 1) and puts
+/// them back with Reshape → Transpose → Reshape, which runtimes fold as constants.
+struct Regroup {
+    groups: usize,
+    /// `[C_in, C_out/g, k..]`.
+    shape: Vec<usize>,
+    /// The weight in the `[C_in/g, C_out, k..]` layout.
+    permuted: Vec<f32>,
+}
+
+impl Regroup {
+    fn new(weight: &Tensor, groups: usize) -> Option<Regroup> {
+        let data = weight.as_f32()?;
+        let shape = weight.shape().to_vec();
+        if shape.len() < 2 || groups < 2 || shape[0] % groups != 0 {
+            return None;
+        }
+        let (c_in, per_group) = (shape[0], shape[1]);
+        let inner: usize = shape[2..].iter().product();
+        let rows = c_in / groups;
+        let values: Vec<f32> = data.iter().copied().collect();
+        let mut permuted = Vec::with_capacity(values.len());
+        // Row a of the new layout holds, for each group, that group's row a.
+        for a in 0..rows {
+            for g in 0..groups {
+                let i = g * rows + a;
+                permuted
+                    .extend_from_slice(&values[i * per_group * inner..(i + 1) * per_group * inner]);
+            }
+        }
+        Some(Regroup {
+            groups,
+            shape,
+            permuted,
+        })
+    }
+
+    fn permuted_dims(&self) -> Vec<i64> {
+        let mut dims: Vec<i64> = self.shape.iter().map(|&d| d as i64).collect();
+        dims[0] /= self.groups as i64;
+        dims[1] *= self.groups as i64;
+        dims
+    }
+
+    /// `[C_in/g, g, C_out/g, k..]`.
+    fn split_dims(&self) -> Vec<i64> {
+        let mut dims: Vec<i64> = self.shape.iter().map(|&d| d as i64).collect();
+        dims[0] /= self.groups as i64;
+        dims.insert(1, self.groups as i64);
+        dims
+    }
 }
 
 /// Rewrites every calibration node of `model` (see the module doc). Tensor names are
@@ -146,6 +204,7 @@ pub fn export_qdq(model: &Model, options: &QdqOptions) -> Result<QdqExport, QdqE
     let mut renames: std::collections::HashMap<String, String> = Default::default();
     let mut replacement: Vec<Option<Vec<NodeProto>>> = vec![None; graph.node.len()];
     let (mut quantized, mut cast, mut removed) = (0, 0, 0);
+    let mut orphaned: Vec<String> = Vec::new();
     for (id, plan) in plans {
         let cal = model
             .calibration(id)
@@ -193,6 +252,7 @@ pub fn export_qdq(model: &Model, options: &QdqOptions) -> Result<QdqExport, QdqE
                 scales,
                 zero_points,
                 axis,
+                regroup,
             } => {
                 quantized += 1;
                 let dims = if axis.is_some() {
@@ -220,12 +280,30 @@ pub fn export_qdq(model: &Model, options: &QdqOptions) -> Result<QdqExport, QdqE
                 let attrs: Vec<AttributeProto> =
                     axis.map(|a| int_attr("axis", a)).into_iter().collect();
                 let params = vec![scale_name, zp_name];
-                vec![
+                let (q_input, dq_output) = match &regroup {
+                    None => (input, output.clone()),
+                    Some(r) => {
+                        // The weight in its old layout is dead once nothing else reads it.
+                        if model.consumers(&input).len() == 1 && !model.is_graph_output(&input) {
+                            orphaned.push(input.clone());
+                        }
+                        let permuted = fresh(format!("{name}_regrouped_weight"));
+                        graph.initializer.push(TensorProto {
+                            name: Some(permuted.clone()),
+                            dims: r.permuted_dims(),
+                            data_type: Some(DataType::Float as i32),
+                            float_data: r.permuted.clone(),
+                            ..Default::default()
+                        });
+                        (permuted, fresh(format!("{name}_regrouped")))
+                    }
+                };
+                let mut nodes = vec![
                     node(
                         "QuantizeLinear",
                         domain.as_str(),
                         &fresh(format!("{name}_quantize")),
-                        [vec![input], params.clone()].concat(),
+                        [vec![q_input], params.clone()].concat(),
                         &q_name,
                         attrs.clone(),
                     ),
@@ -234,10 +312,61 @@ pub fn export_qdq(model: &Model, options: &QdqOptions) -> Result<QdqExport, QdqE
                         domain.as_str(),
                         name,
                         [vec![q_name], params].concat(),
-                        &output,
+                        &dq_output,
                         attrs,
                     ),
-                ]
+                ];
+                if let Some(r) = regroup {
+                    let mut shape_init = |base: String, dims: Vec<i64>| {
+                        let shape_name = fresh(base);
+                        graph.initializer.push(TensorProto {
+                            name: Some(shape_name.clone()),
+                            dims: vec![dims.len() as i64],
+                            data_type: Some(DataType::Int64 as i32),
+                            int64_data: dims,
+                            ..Default::default()
+                        });
+                        shape_name
+                    };
+                    let split = shape_init(format!("{name}_split_shape"), r.split_dims());
+                    let original = shape_init(
+                        format!("{name}_weight_shape"),
+                        r.shape.iter().map(|&d| d as i64).collect(),
+                    );
+                    let (split_out, swapped) = (
+                        fresh(format!("{name}_split")),
+                        fresh(format!("{name}_swapped")),
+                    );
+                    let mut perm: Vec<i64> = (0..r.shape.len() as i64 + 1).collect();
+                    perm.swap(0, 1);
+                    nodes.extend([
+                        node(
+                            "Reshape",
+                            "",
+                            &fresh(format!("{name}_split_groups")),
+                            vec![dq_output, split],
+                            &split_out,
+                            vec![],
+                        ),
+                        node(
+                            "Transpose",
+                            "",
+                            &fresh(format!("{name}_groups_first")),
+                            vec![split_out],
+                            &swapped,
+                            vec![ints_attr("perm", perm)],
+                        ),
+                        node(
+                            "Reshape",
+                            "",
+                            &fresh(format!("{name}_merge_groups")),
+                            vec![swapped, original],
+                            &output,
+                            vec![],
+                        ),
+                    ]);
+                }
+                nodes
             }
         };
         replacement[id] = Some(nodes);
@@ -259,6 +388,12 @@ pub fn export_qdq(model: &Model, options: &QdqOptions) -> Result<QdqExport, QdqE
         }
     }
     graph.value_info.retain(|v| !renames.contains_key(v.name()));
+    graph
+        .initializer
+        .retain(|t| !orphaned.iter().any(|o| o == t.name()));
+    graph
+        .input
+        .retain(|v| !orphaned.iter().any(|o| o == v.name()));
 
     let horizon_left = graph.node.iter().any(|n| n.domain() == CALIBRATION_DOMAIN);
     if !horizon_left {
@@ -342,17 +477,35 @@ fn plan_node(model: &Model, id: NodeId) -> Result<Plan, QdqError> {
     let scales = cal.scales();
     let zero_points = cal.zero_point();
     let axis = cal.is_per_channel().then(|| cal.axis().unwrap_or(1));
-    if cal.is_per_channel() && cal.group() > 1 {
-        let transposed = model
-            .consumers(cal.output())
-            .iter()
-            .any(|&c| model.node(c).op_type() == "ConvTranspose");
-        if transposed {
-            return Err(unsupported(
-                "per-channel weight of a grouped ConvTranspose: its channels are not one axis of the tensor".into(),
-            ));
+    let groups = conv_transpose_groups(model, cal.output());
+    let regroup = if cal.is_per_channel() && groups > 1 {
+        let weight = model.constant_tensor(cal.input())?.ok_or_else(|| {
+            unsupported("per-channel weight of a grouped ConvTranspose is not a constant".into())
+        })?;
+        if axis != Some(1) {
+            return Err(unsupported(format!(
+                "per-channel weight of a grouped ConvTranspose along axis {}, not 1",
+                axis.unwrap_or_default()
+            )));
         }
-    }
+        let regroup = Regroup::new(&weight, groups).ok_or_else(|| {
+            unsupported(format!(
+                "{} weight of shape {:?} cannot be split into {groups} groups",
+                weight.dtype(),
+                weight.shape()
+            ))
+        })?;
+        if scales.len() != groups * regroup.shape[1] {
+            return Err(unsupported(format!(
+                "{} scales for {groups} groups of {} output channels",
+                scales.len(),
+                regroup.shape[1]
+            )));
+        }
+        Some(regroup)
+    } else {
+        None
+    };
     if axis.is_none() && (scales.len() != 1 || zero_points.len() != 1) {
         return Ok(Plan::Qdq {
             dtype,
@@ -360,6 +513,7 @@ fn plan_node(model: &Model, id: NodeId) -> Result<Plan, QdqError> {
             scales: scales[..1].to_vec(),
             zero_points: zero_points[..1.min(zero_points.len())].to_vec(),
             axis,
+            regroup: None,
         });
     }
     if zero_points.len() != scales.len() {
@@ -375,7 +529,27 @@ fn plan_node(model: &Model, id: NodeId) -> Result<Plan, QdqError> {
         scales,
         zero_points,
         axis,
+        regroup,
     })
+}
+
+/// The group count of a ConvTranspose that reads `value` as its weight (1 if none).
+fn conv_transpose_groups(model: &Model, value: &str) -> usize {
+    model
+        .consumers(value)
+        .iter()
+        .map(|&id| model.node(id))
+        .filter(|n| {
+            n.op_type() == "ConvTranspose" && n.input.get(1).map(String::as_str) == Some(value)
+        })
+        .filter_map(|n| {
+            n.attribute
+                .iter()
+                .find(|a| a.name() == "group")
+                .and_then(|a| a.i)
+        })
+        .find(|&g| g > 1)
+        .map_or(1, |g| usize::try_from(g).unwrap_or(1))
 }
 
 /// Little-endian raw data of integer tensors; 4-bit values two to a byte, low
@@ -413,6 +587,15 @@ fn node(
         input: inputs,
         output: vec![output.into()],
         attribute,
+        ..Default::default()
+    }
+}
+
+fn ints_attr(name: &str, values: Vec<i64>) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Ints as i32),
+        ints: values,
         ..Default::default()
     }
 }

@@ -42,6 +42,17 @@ pub enum FakeQuantError {
         channels: usize,
         axis: usize,
     },
+    #[error(
+        "{scales} scales for a ConvTranspose weight of shape {shape:?} in {groups} groups \
+         (need groups * shape[1] scales and shape[0] divisible by groups)"
+    )]
+    GroupedChannelCount {
+        scales: usize,
+        groups: usize,
+        shape: Vec<usize>,
+    },
+    #[error("a grouped ConvTranspose weight is per-channel along axis 1, not axis {axis}")]
+    GroupedAxis { axis: usize },
     #[error("shape {shape:?} holds {expected} elements, data has {actual}")]
     DataLength {
         shape: Vec<usize>,
@@ -134,6 +145,10 @@ pub struct IntQuant {
     scales: Vec<f32>,
     zero_points: Vec<i32>,
     axis: Option<usize>,
+    /// Groups of a grouped ConvTranspose weight `[C_in, C_out/g, ...]` (HZCALIBRATION
+    /// §3): its output channels are not one axis of the tensor, so element
+    /// `[i, j, ...]` takes scale `(i / (C_in/g)) * (C_out/g) + j`. 1 otherwise.
+    groups: usize,
 }
 
 impl IntQuant {
@@ -152,6 +167,20 @@ impl IntQuant {
     /// `Some(axis)` for per-channel parameters.
     pub fn axis(&self) -> Option<usize> {
         self.axis
+    }
+    /// The ConvTranspose group count the channels are regrouped by (1: no regrouping).
+    pub fn groups(&self) -> usize {
+        self.groups
+    }
+
+    /// The channel of the scale the run at (`outer`, `local`) takes, where `outer`
+    /// indexes the dimensions before the axis (`outers` of them) and `local` the axis.
+    fn channel(&self, outer: usize, outers: usize, local: usize, channels: usize) -> usize {
+        if self.groups > 1 {
+            (outer / (outers / self.groups)) * channels + local
+        } else {
+            local
+        }
     }
 }
 
@@ -215,7 +244,26 @@ impl FakeQuant {
             scales,
             zero_points,
             axis,
+            groups: 1,
         }))
+    }
+
+    /// The same parameters for the weight of a ConvTranspose with `groups` groups:
+    /// per-channel scales along axis 1 count the output channels of every group
+    /// (`groups * C_out/g`). Identity, float16 and per-tensor parameters are unchanged.
+    pub fn regrouped(self, groups: usize) -> Result<FakeQuant, FakeQuantError> {
+        match self {
+            FakeQuant::Int(mut p) if groups > 1 && p.axis.is_some() && p.scales.len() > 1 => {
+                if p.axis != Some(1) {
+                    return Err(FakeQuantError::GroupedAxis {
+                        axis: p.axis.unwrap_or_default(),
+                    });
+                }
+                p.groups = groups;
+                Ok(FakeQuant::Int(p))
+            }
+            other => Ok(other),
+        }
     }
 
     /// Symmetric quantization: `scale_c = threshold_c / qmax`, zero point 0.
@@ -300,6 +348,16 @@ impl FakeQuant {
                     rank: shape.len(),
                 });
             }
+            if p.groups > 1 {
+                if shape[0] % p.groups != 0 || p.scales.len() != p.groups * shape[axis] {
+                    return Err(FakeQuantError::GroupedChannelCount {
+                        scales: p.scales.len(),
+                        groups: p.groups,
+                        shape: shape.to_vec(),
+                    });
+                }
+                return Ok(());
+            }
             // One scale broadcast over all channels is what a per-channel node with a
             // single threshold means; anything else must match the channel count.
             if p.scales.len() != 1 && p.scales.len() != shape[axis] {
@@ -366,6 +424,7 @@ fn apply_int(p: &IntQuant, data: &mut [f32], shape: &[usize]) {
     };
     let channels = shape[axis];
     let inner: usize = shape[axis + 1..].iter().product();
+    let outers: usize = shape[..axis].iter().product();
     if data.is_empty() {
         return;
     }
@@ -376,18 +435,20 @@ fn apply_int(p: &IntQuant, data: &mut [f32], shape: &[usize]) {
             .with_min_len(min_len)
             .enumerate()
             .for_each(|(i, run)| {
-                let c = i % channels;
+                let c = p.channel(i / channels, outers, i % channels, channels);
                 let (lo, hi) = bounds(p, p.zero_points[c]);
                 kernels::int_uniform(run, p.scales[c], lo, hi);
             });
     } else {
         // Channels change every few elements: expand the parameters over one row of
-        // `channels * inner` elements and run the element-wise kernel row by row.
+        // `channels * inner` elements (one row per group) and run the element-wise
+        // kernel row by row.
         let row = channels * inner;
-        let mut s = Vec::with_capacity(row);
-        let mut lo = Vec::with_capacity(row);
-        let mut hi = Vec::with_capacity(row);
-        for c in 0..channels {
+        let groups = p.groups.max(1);
+        let mut s = Vec::with_capacity(groups * row);
+        let mut lo = Vec::with_capacity(groups * row);
+        let mut hi = Vec::with_capacity(groups * row);
+        for c in 0..groups * channels {
             let (l, h) = bounds(p, p.zero_points[c]);
             for _ in 0..inner {
                 s.push(p.scales[c]);
@@ -395,10 +456,16 @@ fn apply_int(p: &IntQuant, data: &mut [f32], shape: &[usize]) {
                 hi.push(h);
             }
         }
+        let rows_per_group = outers / groups;
         let min_len = (PAR_CHUNK / row).max(1);
         data.par_chunks_mut(row)
             .with_min_len(min_len)
-            .for_each(|r| kernels::int_per_element(r, &s, &lo, &hi));
+            .enumerate()
+            .for_each(|(outer, r)| {
+                let at = (outer / rows_per_group) * row;
+                let range = at..at + row;
+                kernels::int_per_element(r, &s[range.clone()], &lo[range.clone()], &hi[range]);
+            });
     }
 }
 
@@ -568,6 +635,49 @@ mod tests {
         assert!("int32".parse::<QType>().is_err());
         assert!("fp8".parse::<QType>().is_err());
         assert_eq!("uint4".parse::<QType>().unwrap().to_string(), "uint4");
+    }
+
+    /// A grouped ConvTranspose weight `[C_in, C_out/g, k]`: element `[i, j, ..]` takes
+    /// scale `(i / (C_in/g)) * (C_out/g) + j`, on both the run path (long kernels)
+    /// and the row path (short kernels).
+    #[test]
+    fn regrouped_weights_take_the_output_channel_scale() {
+        let int8: QType = "int8".parse().unwrap();
+        for kernel in [1usize, 3, 100] {
+            let (c_in, per_group, groups) = (6usize, 2usize, 3usize);
+            let shape = [c_in, per_group, kernel];
+            let thresholds: Vec<f32> = (0..groups * per_group).map(|c| 0.5 + c as f32).collect();
+            let data: Vec<f32> = (0..c_in * per_group * kernel)
+                .map(|k| ((k * 7919) % 1000) as f32 / 97.0 - 5.0)
+                .collect();
+            let fq = FakeQuant::symmetric(int8, &thresholds, Some(1))
+                .unwrap()
+                .regrouped(groups)
+                .unwrap();
+            let got = fq.apply(&data, &shape).unwrap();
+            for i in 0..c_in {
+                for j in 0..per_group {
+                    let c = (i / (c_in / groups)) * per_group + j;
+                    let one = FakeQuant::symmetric(int8, &thresholds[c..=c], None).unwrap();
+                    let at = (i * per_group + j) * kernel;
+                    let want = one.apply(&data[at..at + kernel], &[kernel]).unwrap();
+                    assert_eq!(got[at..at + kernel], want[..], "kernel {kernel} [{i}, {j}]");
+                }
+            }
+            // The ungrouped reading of the same tensor has per_group channels only.
+            let plain = FakeQuant::symmetric(int8, &thresholds, Some(1)).unwrap();
+            assert!(plain.apply(&data, &shape).is_err());
+        }
+        let bad = FakeQuant::symmetric(int8, &[1.0, 2.0, 3.0], Some(1))
+            .unwrap()
+            .regrouped(2)
+            .unwrap();
+        assert!(
+            bad.apply(&[0.0; 12], &[4, 3, 1]).is_err(),
+            "3 scales cannot be 2 groups of 3"
+        );
+        let axis0 = FakeQuant::symmetric(int8, &[1.0, 2.0], Some(0)).unwrap();
+        assert!(axis0.regrouped(2).is_err());
     }
 
     #[test]

@@ -93,8 +93,11 @@ pub fn fake_quant_for(
         // The file's own parameters: derived scales (authoritative `scales` when
         // `constant == 2`) and zero points.
         let scales = take(cal.scales());
-        let zero_points: Vec<i32> = if cal.is_asymmetric() {
-            cal.zero_point()
+        // Explicit nonzero zero points count on any node, per-channel ones included:
+        // a QDQ model's uint8 per-channel weights have them (zero point 128).
+        let zero_point = cal.zero_point();
+        let zero_points: Vec<i32> = if cal.is_asymmetric() || zero_point.iter().any(|&z| z != 0) {
+            zero_point
                 .into_iter()
                 .take(scales.len())
                 .map(|z| z as i32)
@@ -103,21 +106,61 @@ pub fn fake_quant_for(
             Vec::new()
         };
         return FakeQuant::from_scales(kernel_qtype, scales, zero_points, axis)
+            .and_then(|fq| fq.regrouped(conv_transpose_groups(model, cal)))
             .map_err(|e| e.to_string());
     }
     // Another precision: keep the float range, re-derive the scales.
     let mut thresholds = cal.thresholds();
     if thresholds.is_empty() || cal.constant() == 2 {
-        let qmax = file_qtype
+        let (qmin, qmax) = file_qtype
             .qrange()
-            .map(|(_, hi)| hi as f32)
             .ok_or("no thresholds and no integer range to derive them from")?;
-        thresholds = cal.scales().iter().map(|s| s * qmax).collect();
+        let zero_point = cal.zero_point();
+        thresholds = cal
+            .scales()
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                // The largest magnitude the file's integers reach around their zero
+                // point (int8 with zero point -100 reaches 227 steps, not 127).
+                let z = zero_point.get(i).copied().unwrap_or(0);
+                let reach = if z == 0 {
+                    qmax
+                } else {
+                    (qmin - z).abs().max((qmax - z).abs())
+                };
+                s * reach as f32
+            })
+            .collect();
     }
     let thresholds = if cal.is_asymmetric() && !per_channel {
         thresholds
     } else {
         take(thresholds)
     };
-    FakeQuant::from_thresholds(kernel_qtype, &thresholds, axis).map_err(|e| e.to_string())
+    FakeQuant::from_thresholds(kernel_qtype, &thresholds, axis)
+        .and_then(|fq| fq.regrouped(conv_transpose_groups(model, cal)))
+        .map_err(|e| e.to_string())
+}
+
+/// The group count of the ConvTranspose whose weight this calibration node feeds
+/// (1 when it feeds none): such a weight's output channels are regrouped (§3).
+/// A grouped Conv needs nothing of the kind: its output channels are axis 0.
+fn conv_transpose_groups(model: &Model, cal: &CalibrationNode) -> usize {
+    model
+        .consumers(cal.output())
+        .iter()
+        .map(|&id| model.node(id))
+        .filter(|node| {
+            node.op_type() == "ConvTranspose"
+                && node.input.get(1).map(String::as_str) == Some(cal.output())
+        })
+        .map(|node| {
+            node.attribute
+                .iter()
+                .find(|a| a.name() == "group")
+                .map_or(1, |a| a.i())
+        })
+        .find(|&g| g > 1)
+        .map_or(1, |g| usize::try_from(g).unwrap_or(1))
 }

@@ -123,6 +123,19 @@ pub fn data_inputs(op_type: &str, n: usize) -> Vec<usize> {
 pub struct WeightLayout {
     pub axis: Option<usize>,
     pub group: i64,
+    /// A grouped ConvTranspose: output channels spread over axes 0 and 1.
+    pub conv_transpose: bool,
+}
+
+impl WeightLayout {
+    /// The group count the channels are regrouped by (1: they are one axis).
+    pub fn regrouped(&self) -> usize {
+        if self.conv_transpose && self.group > 1 {
+            self.group as usize
+        } else {
+            1
+        }
+    }
 }
 
 /// The weight layout of input `index` of a node, when that input is a weight
@@ -151,6 +164,7 @@ pub fn weight_layout(
             return Some(WeightLayout {
                 axis: None,
                 group: 1,
+                conv_transpose: false,
             });
         }
         _ => return None,
@@ -162,6 +176,7 @@ pub fn weight_layout(
         } else {
             1
         },
+        conv_transpose: op_type == "ConvTranspose",
     })
 }
 
