@@ -7,6 +7,8 @@ onnxruntime's outputs of each on the first samples of that data:
   u8s8_per_channel.onnx  uint8 activations (asymmetric, zero points), int8 weights
                          per output channel
   s8s8_per_tensor.onnx   int8 activations, int8 weights per tensor
+  u8u8_per_channel.onnx  uint8 activations, uint8 weights per output channel (zero
+                         point 128 per channel)
   <variant>/<output>/<i>.npy   onnxruntime's outputs (CPU, basic optimizations only
                          so the QDQ pairs are run as written, not fused into QLinear ops)
 
@@ -48,6 +50,8 @@ VARIANTS = {
                              per_channel=True),
     "s8s8_per_tensor": dict(activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
                             per_channel=False),
+    "u8u8_per_channel": dict(activation_type=QuantType.QUInt8, weight_type=QuantType.QUInt8,
+                             per_channel=True),
 }
 
 

@@ -178,6 +178,30 @@ fn int8_activations_with_zero_points_and_per_tensor_weights() {
 }
 
 #[test]
+fn uint8_per_channel_weights_keep_their_zero_points() {
+    let path = fixture("u8u8_per_channel");
+    let raw = raw_initializers(&path);
+    let m = load_model(&path).unwrap();
+    let cal = m.calibration_by_name("fc.weight_HzCalibration").unwrap();
+    let zero_points = raw["fc.weight_zero_point"].to_i64_vec().unwrap();
+    assert_eq!(zero_points, vec![128; 10]);
+    assert_eq!(cal.qtype(), QType::UINT8);
+    assert!(cal.is_per_channel());
+    assert_eq!(cal.zero_point(), zero_points);
+    let scales = f32s(&raw["fc.weight_scale"]);
+    let q = raw["fc.weight_quantized"].to_i64_vec().unwrap();
+    let expected: Vec<f32> = q
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| (v - 128) as f32 * scales[i / 64])
+        .collect();
+    assert_eq!(
+        f32s(&m.constant_tensor("fc.weight").unwrap().unwrap()),
+        expected
+    );
+}
+
+#[test]
 fn an_imported_model_saves_as_a_calibrated_model() {
     let m = load_model(fixture("u8s8_per_channel")).unwrap();
     let bytes = model_to_bytes(&m);

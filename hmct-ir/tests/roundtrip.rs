@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use hmct_ir::{load_model, model_to_bytes, save_model, testing::shared_dir};
+use hmct_ir::{IrError, load_model, model_to_bytes, save_model, testing::shared_dir};
 use hmct_proto::Message;
 use hmct_proto::onnx::ModelProto;
 
@@ -27,7 +27,17 @@ fn onnx_files(dir: &Path, out: &mut Vec<PathBuf>) {
 fn check(path: &Path) -> bool {
     let bytes = std::fs::read(path).unwrap();
     let original = ModelProto::decode(bytes.as_slice()).unwrap();
-    let model = load_model(path).unwrap_or_else(|e| panic!("{e}"));
+    let model = match load_model(path) {
+        // The QuantizeLinear/DequantizeLinear operators' own cases are lone nodes,
+        // which the loader refuses as a QDQ model (qdq_import.rs); a model it imports
+        // is rewritten, so neither is a load → save round trip.
+        Err(IrError::QdqImport { error, .. }) => {
+            eprintln!("{}: not round-tripped: {error}", path.display());
+            return false;
+        }
+        Ok(m) if m.imported_from_qdq().is_some() => return false,
+        other => other.unwrap_or_else(|e| panic!("{e}")),
+    };
     let saved = model_to_bytes(&model);
     let reloaded = ModelProto::decode(saved.as_slice()).unwrap();
 
