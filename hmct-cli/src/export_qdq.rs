@@ -12,7 +12,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use hmct_ir::{QdqDomain, QdqError, QdqOptions, export_qdq, load_model, save_model};
 
 use crate::UsageError;
@@ -48,8 +48,8 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         Err(e @ QdqError::OpsetTooOld { .. }) => return Err(UsageError(e.to_string()).into()),
         r => r?,
     };
-    save_model(&export.model, &args.output)
-        .with_context(|| format!("writing {}", args.output.display()))?;
+    // The error names the file already.
+    save_model(&export.model, &args.output)?;
     let ops = match export.domain {
         QdqDomain::Standard => format!(
             "standard QuantizeLinear/DequantizeLinear (opset {} suffices; needs {})",

@@ -117,15 +117,31 @@ fn main() -> ExitCode {
         // A reader that went away (`| head`) is not a failure of ours.
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) if e.downcast_ref::<UsageError>().is_some() => {
-            eprintln!("error: {}", format!("{e:#}").replace('\n', " "));
+            eprintln!("error: {}", one_line(&e));
             ExitCode::from(2)
         }
         Err(e) => {
-            let message = format!("{e:#}").replace('\n', " ");
-            eprintln!("error: {message}");
+            eprintln!("error: {}", one_line(&e));
             ExitCode::from(1)
         }
     }
+}
+
+/// The error and its causes on one line. Many library errors already quote their
+/// cause in their own message (`"{step}: {source}"`); such a cause is not repeated.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line.replace('\n', " ")
 }
 
 /// The seeds spell some flags as multi-letter single-dash options (`-nm`, `-dnl`),

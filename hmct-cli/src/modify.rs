@@ -13,7 +13,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use hmct_cli::listarg::{ListArg, parse_list};
 use hmct_ir::{Edit, EditReport, QType, TensorType, apply_edits, load_model, save_model};
 use serde_json::Value;
@@ -368,8 +368,8 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     }
     let mut model = load_model(&args.model)?;
     let report = apply_edits(&mut model, &edits).map_err(usage)?;
-    save_model(&model, &args.output)
-        .with_context(|| format!("writing {}", args.output.display()))?;
+    // The error names the file already.
+    save_model(&model, &args.output)?;
     print_report(&report, args, out)?;
     Ok(())
 }

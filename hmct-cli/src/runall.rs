@@ -180,8 +180,14 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         bar.inc(1);
     };
     let command: Vec<String> = std::env::args().collect();
+    // runall cleans its own staging folder; the save folder itself is ours to remove
+    // when this run created it and failed.
+    let folder = common::OutputFolder::prepare(&args.save_dir)?;
     let result = runall(&engine, &options, &args.save_dir, Some(command), &progress);
     bar.finish_and_clear();
+    if result.is_err() {
+        folder.discard();
+    }
     let summary = result.map_err(|e| if e.is_usage() { usage(e) } else { e.into() })?;
 
     if verbose {

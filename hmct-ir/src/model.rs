@@ -167,7 +167,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), IrError> {
     let mut tmp = tempfile::Builder::new()
         .prefix(".hmct-save-")
         .tempfile_in(dir)
-        .map_err(io)?;
+        .map_err(|e| io(without_temp_name(e)))?;
     tmp.write_all(bytes).map_err(io)?;
     // Temporary files are created private (0600); the result should look like any
     // other file the user writes, or keep the mode of the file it replaces.
@@ -182,6 +182,16 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), IrError> {
     tmp.as_file().sync_all().map_err(io)?;
     tmp.persist(path).map_err(|e| io(e.error))?;
     Ok(())
+}
+
+/// tempfile's errors end with the random name of the file it tried to create
+/// (` at path "..."`), which the user never asked for; the caller names the target.
+fn without_temp_name(e: std::io::Error) -> std::io::Error {
+    let text = e.to_string();
+    match text.rfind(" at path \"") {
+        Some(i) => std::io::Error::new(e.kind(), &text[..i]),
+        None => e,
+    }
 }
 
 impl Model {
