@@ -212,6 +212,9 @@ fn prelu(x: &Tensor, slope: &Tensor, per_channel: bool) -> Result<Tensor, OpErro
         }
         _ => slope,
     };
+    // The macro expands this for unsigned types too, where `v < 0` is always false:
+    // right for them, and not a mistake.
+    #[allow(clippy::absurd_extreme_comparisons)]
     let out = with_num2!(x, slope, (a, s) => Tensor::from(
         binary(a, s, |v, k| if v < Num::ZERO { v.mul(k) } else { v })?
     ), _ => return Err(type_error("PRelu", x, slope)));
