@@ -14,13 +14,15 @@ use hmct_debug::engine::{Engine, EngineOptions};
 use hmct_debug::sensitivity::{
     NodeType, Sensitivity, SensitivityOptions, get_sensitivity_of_nodes,
 };
-use hmct_ir::{Model, QdqOptions, export_qdq, load_model, load_model_from_bytes, model_to_bytes};
+use hmct_ir::{
+    Model, QType, QdqOptions, export_qdq, load_model, load_model_from_bytes, model_to_bytes,
+};
 use hmct_proto::Message;
 use hmct_proto::onnx::{
     GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TypeProto, ValueInfoProto,
     type_proto,
 };
-use hmct_quant::{Config, Session, plan_model};
+use hmct_quant::{Config, FakeQuant, Session, fake_quant_for, plan_model};
 use hmct_tensor::{Tensor, read_npy};
 
 fn repo() -> PathBuf {
@@ -59,7 +61,7 @@ fn f32s(t: &Tensor) -> Vec<f32> {
 /// step only when a value sits on a rounding boundary, which the bound would show.
 #[test]
 fn imported_fixtures_match_onnxruntime() {
-    for variant in ["u8s8_per_channel", "s8s8_per_tensor"] {
+    for variant in ["u8s8_per_channel", "s8s8_per_tensor", "u8u8_per_channel"] {
         let model = load_model(fixtures().join(format!("{variant}.onnx"))).unwrap();
         assert!(model.imported_from_qdq().is_some());
         let names: Vec<String> = model.outputs().to_vec();
@@ -81,6 +83,31 @@ fn imported_fixtures_match_onnxruntime() {
         eprintln!("{variant}: max |ours - onnxruntime| = {worst:e}");
         assert!(worst <= 1e-4, "{variant}: max abs diff {worst}");
     }
+}
+
+/// Re-quantizing an imported node at another precision keeps the float range its
+/// integers reach: int8 with a zero point off 0 reaches further on one side than 127
+/// steps, and int16 must not clip there.
+#[test]
+fn another_precision_keeps_the_range_of_an_asymmetric_signed_node() {
+    let model = load_model(fixtures().join("s8s8_per_tensor.onnx")).unwrap();
+    let mut checked = 0;
+    for id in model.calibration_nodes() {
+        let cal = model.calibration(id).unwrap();
+        let (s, z) = (cal.scales()[0], cal.zero_point()[0]);
+        if cal.is_per_channel() || z == 0 {
+            continue;
+        }
+        let reach = (-128 - z).abs().max((127 - z).abs());
+        let fq = fake_quant_for(&model, &cal, Some(&QType::INT16)).unwrap();
+        let FakeQuant::Int(q) = fq else {
+            panic!("{fq:?}")
+        };
+        assert_eq!(q.scales(), [s * reach as f32 / 32767.0], "{}", cal.name());
+        assert_eq!(q.zero_points(), [0]);
+        checked += 1;
+    }
+    assert!(checked > 0, "the fixture has int8 nodes with zero points");
 }
 
 fn sensitivity(model: &Model, node_type: NodeType) -> Sensitivity {
