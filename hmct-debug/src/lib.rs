@@ -12,6 +12,7 @@ pub mod info;
 pub mod mixed_precision;
 pub mod outliers;
 pub mod precision_table;
+pub mod report;
 pub mod runall;
 pub mod sensitivity;
 pub mod sensitivity_analysis;

@@ -1,11 +1,13 @@
 //! `runall`: the debugging workflow of the seeds in one call (DEBUGGER.md §8).
 //!
-//! With the defaults: (1) weight and (2) activation sensitivity, written as
+//! First the health checks ([`crate::health`]) into `health.json`. Then, with the
+//! defaults: (1) weight and (2) activation sensitivity, written as
 //! `node_sensitivity/sensitivity_of_<type>.log` (and `.json`); (3) the distributions
 //! of the top 5 calibration nodes of each (`data_distribution/`); (4) their per-channel
 //! box plots (`channelwise_distribution/`); (5) the weight-only and activation-only
 //! accumulated-error curves (`accumulate_error/`); (6) the sensitivity analysis of the
-//! sensitive regular nodes (`sensitivity_analysis/`). Every option of the sub-steps
+//! sensitive regular nodes (`sensitivity_analysis/`); at the end the HTML page of
+//! [`crate::report`] (`report.html`) over all of it. Every option of the sub-steps
 //! can be set; with `node_type = node` the top 5 regular nodes are mapped to their
 //! input calibration nodes for steps 3 and 4.
 //!
@@ -13,7 +15,8 @@
 //! ranking serve every later probe. The result folder is built in a hidden staging
 //! folder inside `save_dir` and moved into place at the end: a failed run leaves the
 //! previous result untouched, and a re-run replaces exactly the documented entries
-//! (the five sub-folders and `summary.json`), nothing else in `save_dir`.
+//! (the five sub-folders, `health.json`, `summary.json` and `report.html`), nothing
+//! else in `save_dir`.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -32,6 +35,8 @@ use crate::distribution::{
     DistributionError, DistributionOptions, plot_distribution, write_distribution,
 };
 use crate::engine::{Engine, EngineError};
+use crate::health::{HealthError, HealthReport, check_all};
+use crate::report::{ReportError, render_report};
 use crate::sensitivity::{
     NodeType, Sensitivity, SensitivityError, SensitivityOptions, get_sensitivity_of_nodes,
 };
@@ -48,6 +53,10 @@ pub const ACC_ERROR_DIR: &str = "accumulate_error";
 pub const ANALYSIS_DIR: &str = "sensitivity_analysis";
 /// The index of everything written.
 pub const SUMMARY_NAME: &str = "summary.json";
+/// The health checks' findings.
+pub const HEALTH_NAME: &str = "health.json";
+/// The HTML page over the whole folder.
+pub const REPORT_NAME: &str = "report.html";
 /// How many of the most sensitive candidates steps 3 and 4 look at.
 pub const TOP_N: usize = 5;
 
@@ -84,6 +93,8 @@ pub struct RunallOptions {
     pub sensitive_nodes: Vec<String>,
     /// Picture format.
     pub format: Format,
+    /// Write `report.html` at the end.
+    pub report: bool,
 }
 
 impl Default for RunallOptions {
@@ -104,6 +115,7 @@ impl Default for RunallOptions {
             pick_threshold: 0.999,
             sensitive_nodes: Vec::new(),
             format: Format::Png,
+            report: true,
         }
     }
 }
@@ -124,6 +136,10 @@ pub enum RunallError {
     AccError(#[from] AccError),
     #[error("sensitivity analysis: {0}")]
     Analysis(#[from] AnalysisError),
+    #[error("health checks: {0}")]
+    Health(#[from] HealthError),
+    #[error("report: {0}")]
+    Report(#[from] ReportError),
     #[error(transparent)]
     Names(EngineError),
     #[error("{}: {message}", path.display())]
@@ -139,6 +155,10 @@ impl RunallError {
             RunallError::Channelwise(e) => e.is_usage(),
             RunallError::AccError(e) => e.is_usage(),
             RunallError::Analysis(e) => e.is_usage(),
+            RunallError::Health(HealthError::Engine(e)) => {
+                matches!(e, EngineError::DataNum { .. } | EngineError::ZeroDataNum)
+            }
+            RunallError::Report(_) => false,
             RunallError::Names(_) => true,
             RunallError::Write { .. } => false,
         }
@@ -169,6 +189,14 @@ pub struct TopList {
     pub entries: Vec<TopEntry>,
 }
 
+/// The health checks' counts, for the summary.
+#[derive(Clone, Debug, Serialize)]
+pub struct HealthCounts {
+    pub file: String,
+    pub warnings: usize,
+    pub infos: usize,
+}
+
 /// What runall did: `summary.json`.
 #[derive(Clone, Debug, Serialize)]
 pub struct RunallSummary {
@@ -193,6 +221,12 @@ pub struct RunallSummary {
     pub sensitive_nodes: Vec<String>,
     /// Total wall time in seconds.
     pub seconds: f64,
+    pub health: Option<HealthCounts>,
+    /// The HTML report's file, when written.
+    pub report: Option<String>,
+    /// Every finding, for the caller to show.
+    #[serde(skip)]
+    pub health_report: HealthReport,
     #[serde(skip)]
     pub rankings: Vec<Sensitivity>,
     #[serde(skip)]
@@ -238,9 +272,31 @@ pub fn runall(
         float_metric: None,
         sensitive_nodes: Vec::new(),
         seconds: 0.0,
+        health: None,
+        report: None,
+        health_report: HealthReport::default(),
         rankings: Vec::new(),
         analysis: None,
     };
+
+    // Step 0: health checks. Their float run fills the activation cache the
+    // rankings read next, so it costs little extra.
+    {
+        let step = Instant::now();
+        let name = "health checks";
+        let health = check_all(engine, options.data_num, &|done, total| {
+            progress(name, done, total)
+        })?;
+        let path = stage.join(HEALTH_NAME);
+        write_json(&path, &health)?;
+        summary.steps.push(record(name, step, stage, &[path]));
+        summary.health = Some(HealthCounts {
+            file: HEALTH_NAME.to_string(),
+            warnings: health.warnings,
+            infos: health.infos,
+        });
+        summary.health_report = health;
+    }
 
     // Steps 1 and 2: the rankings.
     let node_types: Vec<NodeType> = match (&options.interested_nodes, options.node_type) {
@@ -399,8 +455,16 @@ pub fn runall(
         summary.analysis = Some(analysis);
     }
 
+    if options.report {
+        summary.report = Some(REPORT_NAME.to_string());
+    }
     summary.seconds = start.elapsed().as_secs_f64();
     write_json(&stage.join(SUMMARY_NAME), &summary)?;
+    if options.report {
+        // Rendered from the staged folder, so the page shows exactly what is published.
+        let html = render_report(stage)?;
+        write_file(&stage.join(REPORT_NAME), html.as_bytes())?;
+    }
     publish(stage, save_dir)?;
     Ok(summary)
 }
@@ -483,7 +547,9 @@ fn publish(stage: &Path, save_dir: &Path) -> Result<(), RunallError> {
         CHANNELWISE_DIR,
         ACC_ERROR_DIR,
         ANALYSIS_DIR,
+        HEALTH_NAME,
         SUMMARY_NAME,
+        REPORT_NAME,
     ];
     for name in entries {
         let target = save_dir.join(name);
