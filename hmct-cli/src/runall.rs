@@ -9,7 +9,8 @@ use std::sync::Mutex;
 
 use anyhow::Result;
 use hmct_cli::listarg::{ListArg, parse_bool};
-use hmct_debug::runall::{RunallOptions, runall};
+use hmct_debug::health::Severity;
+use hmct_debug::runall::{HEALTH_NAME, RunallOptions, runall};
 use hmct_debug::sensitivity::{NodeType, parse_metrics};
 use hmct_metrics::Metric;
 use hmct_plot::Format;
@@ -88,6 +89,9 @@ pub struct Args {
     /// Picture format: png or svg.
     #[arg(long, default_value = "png", value_parser = ["png", "svg"])]
     pub format: String,
+    /// Write report.html, one self-contained page over the results (True/False).
+    #[arg(long, default_value = "True", value_name = "BOOL")]
+    pub report: String,
     /// Also write summary.json's content here.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -155,6 +159,7 @@ fn options(args: &Args) -> Result<(RunallOptions, bool)> {
         } else {
             Format::Png
         },
+        report: boolean("--report", &args.report)?,
     };
     Ok((options, verbose))
 }
@@ -190,6 +195,22 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     }
     let summary = result.map_err(|e| if e.is_usage() { usage(e) } else { e.into() })?;
 
+    // Findings go to stderr with the progress, so stdout stays the run's summary.
+    let health = &summary.health_report;
+    for f in health
+        .findings
+        .iter()
+        .filter(|f| f.severity == Severity::Warning)
+    {
+        eprintln!("warning: {}: {}", f.node, f.message);
+    }
+    if health.infos > 0 {
+        eprintln!(
+            "health: {} note(s) besides the warnings, in {}",
+            health.infos, HEALTH_NAME
+        );
+    }
+
     if verbose {
         for ranking in &summary.rankings {
             out.write_all(ranking.table().render().as_bytes())?;
@@ -218,6 +239,9 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
             options.pick_threshold,
             summary.sensitive_nodes.join(", ")
         )?;
+    }
+    if let Some(report) = &summary.report {
+        writeln!(out, "report: {}", args.save_dir.join(report).display())?;
     }
     writeln!(
         out,

@@ -65,7 +65,9 @@ fn default_flow_writes_the_documented_tree() {
             "accumulate_error",
             "channelwise_distribution",
             "data_distribution",
+            "health.json",
             "node_sensitivity",
+            "report.html",
             "sensitivity_analysis",
             "summary.json",
         ]),
@@ -94,7 +96,8 @@ fn default_flow_writes_the_documented_tree() {
     assert_eq!(count("data_distribution/activation_", ".png"), 5);
     assert_eq!(count("channelwise_distribution/", "_boxplot.png"), 10);
 
-    // The index lists exactly the files written (besides itself).
+    // The index lists exactly the files written (besides itself and the report,
+    // which it names on its own).
     let s = summary(&dir);
     let indexed: BTreeSet<String> = s["steps"]
         .as_array()
@@ -105,8 +108,10 @@ fn default_flow_writes_the_documented_tree() {
         .collect();
     let mut written = files.clone();
     written.remove("summary.json");
+    written.remove("report.html");
     assert_eq!(indexed, written);
-    assert_eq!(s["steps"].as_array().unwrap().len(), 6);
+    assert_eq!(s["report"], "report.html");
+    assert_eq!(s["steps"].as_array().unwrap().len(), 7);
     assert_eq!(s["top"][0]["node_type"], "weight");
     assert_eq!(s["top"][1]["node_type"], "activation");
     assert!(s["calibrated_metric"].as_f64().unwrap() < 1.0);
