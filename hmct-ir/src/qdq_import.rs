@@ -19,6 +19,15 @@
 //! re-quantizing at another precision; signed types with a nonzero zero point carry
 //! no thresholds (a symmetric threshold cannot express them).
 //!
+//! onnxruntime drops a Relu (or Clip) whose output is quantized with a range starting
+//! at 0, since the quantization clips there anyway. Switched OFF, such a pair would
+//! then pass negative values the float model never had, so a Relu is put back before
+//! every activation pair whose range starts at 0 (zero point = qmin), unless the
+//! tensor already comes from a Relu. With the pair ON this changes no bit (the pair
+//! maps every value below 0 to 0 either way); a tensor that is non-negative anyway
+//! (Softmax, Sigmoid) is unchanged by it. The upper bound of a dropped Clip cannot be
+//! told from a quantization range and is not restored.
+//!
 //! Integer operators (QLinearConv, ConvInteger, ...) have no calibrated equivalent and
 //! are refused, as are lone QuantizeLinear / DequantizeLinear nodes.
 
@@ -45,14 +54,17 @@ pub struct QdqImport {
     pub weights: usize,
     /// int32 constants (biases) now float initializers without calibration node.
     pub biases: usize,
+    /// Relu nodes put back before activation pairs whose range starts at 0 (see
+    /// the module doc).
+    pub relus: usize,
 }
 
 impl std::fmt::Display for QdqImport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} QuantizeLinear/DequantizeLinear pair(s) and {} integer weight(s) as HzCalibration nodes, {} int32 bias(es) as float",
-            self.pairs, self.weights, self.biases
+            "{} QuantizeLinear/DequantizeLinear pair(s) and {} integer weight(s) as HzCalibration nodes, {} int32 bias(es) as float, {} Relu(s) restored",
+            self.pairs, self.weights, self.biases, self.relus
         )
     }
 }
@@ -122,9 +134,9 @@ pub fn import_qdq(model: Model) -> Result<(Model, QdqImport), QdqImportError> {
 
     let mut names = Names::new(&model);
     let mut report = QdqImport::default();
-    // DequantizeLinear id → its replacement (None: removed, the value becomes an
+    // DequantizeLinear id → the nodes replacing it (none: the value becomes an
     // initializer).
-    let mut replaced: HashMap<NodeId, Option<NodeProto>> = HashMap::new();
+    let mut replaced: HashMap<NodeId, Vec<NodeProto>> = HashMap::new();
     let mut new_initializers: Vec<TensorProto> = Vec::new();
     for &dq in model.nodes_of_type(DEQUANTIZE) {
         let node = model.node(dq);
@@ -161,10 +173,22 @@ pub fn import_qdq(model: Model) -> Result<(Model, QdqImport), QdqImportError> {
                 TensorType::Feature
             };
             let name = names.fresh(format!("{source}_{CALIBRATION_OP}"));
-            replaced.insert(
-                dq,
-                Some(calibration_node(name, source, output, tensor_type, &qp)),
-            );
+            let mut nodes = Vec::new();
+            let mut quantized = source.clone();
+            if folds_relu(&model, &source, &qp) {
+                let relu_out = names.fresh(format!("{source}_relu"));
+                nodes.push(NodeProto {
+                    name: Some(names.fresh(format!("{source}_Relu"))),
+                    op_type: Some("Relu".to_string()),
+                    input: vec![source],
+                    output: vec![relu_out.clone()],
+                    ..Default::default()
+                });
+                quantized = relu_out;
+                report.relus += 1;
+            }
+            nodes.push(calibration_node(name, quantized, output, tensor_type, &qp));
+            replaced.insert(dq, nodes);
             report.pairs += 1;
         } else if let Some(q) = model.constant_tensor(&input)? {
             let rank = Some(q.shape().len());
@@ -173,7 +197,7 @@ pub fn import_qdq(model: Model) -> Result<(Model, QdqImport), QdqImportError> {
             let float = dequantize(&q, &p).map_err(|m| unsupported(&model, dq, m))?;
             if dtype == DType::I32 {
                 new_initializers.push(hmct_tensor::tensor_to_proto(&float, &output));
-                replaced.insert(dq, None);
+                replaced.insert(dq, Vec::new());
                 report.biases += 1;
             } else {
                 if dtype_qtype(Some(dtype)).as_ref() != Some(&p.qtype) {
@@ -194,13 +218,13 @@ pub fn import_qdq(model: Model) -> Result<(Model, QdqImport), QdqImportError> {
                 let name = names.fresh(format!("{weight}_{CALIBRATION_OP}"));
                 replaced.insert(
                     dq,
-                    Some(calibration_node(
+                    vec![calibration_node(
                         name,
                         weight,
                         output,
                         TensorType::Weight,
                         &p,
-                    )),
+                    )],
                 );
                 report.weights += 1;
             }
@@ -446,6 +470,21 @@ fn params(
         zero_points,
         axis: Some(resolved as usize),
     })
+}
+
+/// True when a pair on activation `source` needs a Relu before it (see the module
+/// doc): per-tensor, its range starts at 0, and `source` is computed by a node other
+/// than a Relu.
+fn folds_relu(model: &Model, source: &str, p: &Params) -> bool {
+    let starts_at_zero = p.axis.is_none()
+        && p.qtype
+            .qrange()
+            .is_some_and(|(qmin, _)| p.zero_points[0] == qmin);
+    starts_at_zero
+        && !model.is_constant(source)
+        && model
+            .producer(source)
+            .is_some_and(|id| model.node(id).op_type() != "Relu")
 }
 
 /// True for the integer types of [`dtype_qtype`].

@@ -58,7 +58,8 @@ fn uint8_activations_and_per_channel_weights() {
         Some(&QdqImport {
             pairs: 12,
             weights: 7,
-            biases: 7
+            biases: 7,
+            relus: 9
         })
     );
     assert_eq!(
@@ -100,6 +101,25 @@ fn uint8_activations_and_per_channel_weights() {
     // The Conv now reads the calibration node's output, as it read the pair's.
     let stem = m.node(m.node_id("stem_conv").unwrap());
     assert_eq!(stem.input[0], cal.output());
+
+    // onnxruntime dropped the Relu after stem_conv (the pair's range starts at 0):
+    // it is back, between the Conv and the calibration node.
+    let cal = m
+        .calibration_by_name("stem_relu_out_HzCalibration")
+        .unwrap();
+    assert_eq!(cal.zero_point(), vec![0]);
+    assert_eq!(cal.input(), "stem_relu_out_relu");
+    let relu = m.node(m.producer(cal.input()).unwrap());
+    assert_eq!(
+        (relu.op_type(), relu.input.as_slice()),
+        ("Relu", &["stem_relu_out".to_string()][..])
+    );
+    assert_eq!(stem.output, vec!["stem_relu_out".to_string()]);
+    // Not where the range does not start at 0 (zero point 175 of 0..255).
+    let cal = m
+        .calibration_by_name("res_conv2_out_HzCalibration")
+        .unwrap();
+    assert_eq!(cal.input(), "res_conv2_out");
 
     // A per-channel int8 weight: a float initializer with (q - 0) * scale_c, and a
     // weight node with the file's scales.
@@ -310,7 +330,8 @@ fn int16_per_channel_activations_and_uint8_weights_with_a_zero_point() {
         QdqImport {
             pairs: 1,
             weights: 1,
-            biases: 0
+            biases: 0,
+            relus: 0
         }
     );
     let cal = m.calibration_by_name("x_HzCalibration").unwrap();
