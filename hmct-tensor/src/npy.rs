@@ -24,6 +24,7 @@ pub fn read_npy(path: &Path) -> Result<Tensor, TensorError> {
 /// Reads `.npy` content; `context` (usually the file name) prefixes errors.
 pub fn read_npy_bytes(bytes: &[u8], context: &str) -> Result<Tensor, TensorError> {
     let bad = |m: String| TensorError::invalid(context, m);
+    check_header_nesting(bytes).map_err(bad)?;
     let mut cursor = Cursor::new(bytes);
     let header = NpyHeader::from_reader(&mut cursor)
         .map_err(|e| bad(format!("not a valid .npy file ({e})")))?;
@@ -70,6 +71,49 @@ pub fn read_npy_bytes(bytes: &[u8], context: &str) -> Result<Tensor, TensorError
         DType::Bool => read!(bool, Bool),
         DType::BF16 | DType::String => return Err(bad(format!("unsupported dtype '{desc}'"))),
     })
+}
+
+/// How deep brackets may nest in the header dict. Plain dtypes need two levels
+/// (`{'shape': (1, 3)}`), structured ones (refused later, with a clear message) three
+/// or four.
+const MAX_HEADER_NESTING: usize = 6;
+
+/// npyz parses the header dict with a backtracking parser whose time grows
+/// exponentially with the nesting of brackets: a 240-byte header opening 130 `[`
+/// runs for minutes. Such headers are refused before npyz sees them. Brackets inside
+/// quoted strings count too, which only makes the check stricter.
+fn check_header_nesting(bytes: &[u8]) -> Result<(), String> {
+    // Magic (6 bytes), version (2), header length (2 bytes in version 1, else 4).
+    let (len, start) = match (bytes.get(..6), bytes.get(6)) {
+        (Some(b"\x93NUMPY"), Some(1)) => match bytes.get(8..10) {
+            Some(l) => (u16::from_le_bytes([l[0], l[1]]) as usize, 10),
+            None => return Ok(()),
+        },
+        (Some(b"\x93NUMPY"), Some(_)) => match bytes.get(8..12) {
+            Some(l) => (u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize, 12),
+            None => return Ok(()),
+        },
+        // Not an .npy file at all: npyz says so.
+        _ => return Ok(()),
+    };
+    let header = bytes.get(start..).unwrap_or_default();
+    let header = &header[..len.min(header.len())];
+    let mut depth = 0usize;
+    for &b in header {
+        match b {
+            b'[' | b'(' | b'{' => {
+                depth += 1;
+                if depth > MAX_HEADER_NESTING {
+                    return Err(format!(
+                        "not a valid .npy file (the header nests brackets more than {MAX_HEADER_NESTING} deep)"
+                    ));
+                }
+            }
+            b']' | b')' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 fn shaped<T: Clone>(v: Vec<T>, shape: &[usize], order: Order) -> ArrayD<T> {
@@ -198,5 +242,35 @@ mod tests {
         assert!(e.starts_with("a.npy: truncated"), "{e}");
         assert!(read_npy_bytes(b"hello world", "b.npy").is_err());
         assert!(read_npy_bytes(&[], "c.npy").is_err());
+    }
+
+    /// Found by fuzzing: npyz's header parser takes minutes on deep nesting.
+    #[test]
+    fn deeply_nested_header_is_refused_at_once() {
+        let dict = format!(
+            "{{'descr': {}'<f4'{}, 'fortran_order': False, 'shape': (1,), }}",
+            "[".repeat(130),
+            "]".repeat(130)
+        );
+        let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+        bytes.extend_from_slice(&(dict.len() as u16).to_le_bytes());
+        bytes.extend_from_slice(dict.as_bytes());
+        bytes.extend_from_slice(&1f32.to_le_bytes());
+        let start = std::time::Instant::now();
+        let e = read_npy_bytes(&bytes, "deep.npy").unwrap_err().to_string();
+        assert!(
+            e.starts_with("deep.npy: not a valid .npy file (the header nests"),
+            "{e}"
+        );
+        assert!(start.elapsed().as_secs_f64() < 1.0);
+        // Structured dtypes nest three deep and still get their own message.
+        let dict =
+            "{'descr': [('a', '<i4'), ('b', '<f4')], 'fortran_order': False, 'shape': (1,), }";
+        let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+        bytes.extend_from_slice(&(dict.len() as u16).to_le_bytes());
+        bytes.extend_from_slice(dict.as_bytes());
+        bytes.extend_from_slice(&[0; 8]);
+        let e = read_npy_bytes(&bytes, "s.npy").unwrap_err().to_string();
+        assert!(e.contains("structured or array dtypes"), "{e}");
     }
 }
