@@ -20,6 +20,9 @@ use serde_json::Value;
 
 use crate::distribution::file_safe;
 
+/// Figures wider than this (pixels) scroll instead of shrinking to the page.
+const WIDE: u32 = 1400;
+
 /// Per-node detail is given for at most this many calibration nodes.
 pub const TOP_DETAIL: usize = 20;
 
@@ -347,7 +350,7 @@ impl<'a> Page<'a> {
             let _ = writeln!(self.out, "<tr><th>{k}</th><td>{v}</td></tr>");
         };
         row("model", format!("<code>{}</code>", escape(&summary.model)));
-        row("calibration samples", summary.samples.to_string());
+        row("samples in the data", summary.samples.to_string());
         if let Some(h) = health {
             let weights = h
                 .calibrations
@@ -426,7 +429,7 @@ impl<'a> Page<'a> {
         if h.findings.is_empty() {
             self.w("<p class=\"ok\">Nothing found: thresholds match the data, no NaN/inf, every activation is reached.</p>\n");
         } else {
-            self.w("<table class=\"sortable\"><thead><tr><th>severity</th><th>check</th><th>node</th><th>finding</th></tr></thead><tbody>\n");
+            self.w("<div class=\"scroll\"><table class=\"sortable\"><thead><tr><th>severity</th><th>check</th><th>node</th><th>finding</th></tr></thead><tbody>\n");
             for f in &h.findings {
                 let _ = writeln!(
                     self.out,
@@ -438,7 +441,7 @@ impl<'a> Page<'a> {
                     escape(&f.message)
                 );
             }
-            self.w("</tbody></table>\n");
+            self.w("</tbody></table></div>\n");
         }
         self.w("</section>\n");
     }
@@ -571,7 +574,7 @@ impl<'a> Page<'a> {
             self.note(&format!("No node{why}."));
         }
         self.chart(&partial_chart(&p));
-        self.w("<table class=\"sortable\"><thead><tr><th>#</th><th>node</th><th>calibration nodes</th><th>sensitivity</th><th>only this node quantized</th><th>cumulative de-quantization</th></tr></thead><tbody>\n");
+        self.w("<div class=\"scroll\"><table class=\"sortable\"><thead><tr><th>#</th><th>node</th><th>calibration nodes</th><th>sensitivity</th><th>only this node quantized</th><th>cumulative de-quantization</th></tr></thead><tbody>\n");
         for (i, n) in p.nodes.iter().enumerate() {
             let _ = write!(
                 self.out,
@@ -586,7 +589,7 @@ impl<'a> Page<'a> {
             }
             self.w("</tr>\n");
         }
-        self.w("</tbody></table>\n</section>\n");
+        self.w("</tbody></table></div>\n</section>\n");
     }
 
     fn details(
@@ -812,7 +815,15 @@ impl<'a> Page<'a> {
         let body = body
             .replace("id=\"", &format!("id=\"{prefix}"))
             .replace("href=\"#", &format!("href=\"#{prefix}"));
-        let _ = writeln!(self.out, "<figure>{body}</figure>");
+        // A chart over hundreds of nodes is kept at its size and scrolls sideways:
+        // shrunk to the page, its labels could not be read.
+        let width = body
+            .split_once("width=\"")
+            .and_then(|(_, rest)| rest.split_once('"'))
+            .and_then(|(w, _)| w.parse::<u32>().ok())
+            .unwrap_or(0);
+        let class = if width > WIDE { " class=\"wide\"" } else { "" };
+        let _ = writeln!(self.out, "<figure{class}>{body}</figure>");
     }
 }
 
@@ -982,7 +993,7 @@ code{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.95em;overflow-
 .scroll{max-height:32em;overflow:auto;border:1px solid #eee}
 .dim{color:#666;font-weight:normal;margin-left:.6em}
 details{border:1px solid #ddd;border-radius:4px;margin:.5em 0;padding:.3em .8em}summary{cursor:pointer;font-weight:600}
-figure{margin:.6em 0}figure svg,figure img{max-width:100%;height:auto;display:block}
+figure{margin:.6em 0}figure svg,figure img{max-width:100%;height:auto;display:block}figure.wide{overflow-x:auto}figure.wide svg{max-width:none}
 ";
 
 /// Click a header to sort its table by that column (numbers by `data-v`, missing
