@@ -37,14 +37,15 @@ fn example_data() -> PathBuf {
     repo().join("examples/tiny_cnn/calibration_data")
 }
 
-fn sample(i: usize) -> Tensor {
-    read_npy(&example_data().join(format!("input/{i}.npy"))).unwrap()
+fn sample(data: &Path, i: usize) -> Tensor {
+    read_npy(&data.join(format!("input/{i}.npy"))).unwrap()
 }
 
-fn run_outputs(model: &Model, config: &Config, i: usize) -> Vec<Tensor> {
+/// Outputs on sample `i` of `data`.
+fn run_outputs(model: &Model, config: &Config, data: &Path, i: usize) -> Vec<Tensor> {
     let session = Session::new(plan_model(model).unwrap(), 1).unwrap();
     session
-        .run(&[("input", sample(i))], config)
+        .run(&[("input", sample(data, i))], config)
         .unwrap()
         .into_iter()
         .map(|t| (*t).clone())
@@ -67,7 +68,7 @@ fn imported_fixtures_match_onnxruntime() {
         let names: Vec<String> = model.outputs().to_vec();
         let mut worst = 0f32;
         for i in 0..2 {
-            let ours = run_outputs(&model, &Config::calibrated(), i);
+            let ours = run_outputs(&model, &Config::calibrated(), &fixtures().join("data"), i);
             for (name, ours) in names.iter().zip(&ours) {
                 let theirs =
                     read_npy(&fixtures().join(format!("{variant}/{name}/{i}.npy"))).unwrap();
@@ -82,6 +83,27 @@ fn imported_fixtures_match_onnxruntime() {
         }
         eprintln!("{variant}: max |ours - onnxruntime| = {worst:e}");
         assert!(worst <= 1e-4, "{variant}: max abs diff {worst}");
+    }
+}
+
+/// With every calibration node OFF, an imported fixture is the float model up to its
+/// quantized weights: onnxruntime folded the Relus into quantization ranges, and
+/// the importer put them back (without them the logits' cosine similarity is ~0.04).
+#[test]
+fn float_model_of_an_imported_fixture_is_near_the_original() {
+    let data = fixtures().join("data");
+    for variant in ["u8s8_per_channel", "s8s8_per_tensor", "u8u8_per_channel"] {
+        let model = load_model(fixtures().join(format!("{variant}.onnx"))).unwrap();
+        let mut worst = 1f64;
+        for i in 0..2 {
+            let a = f32s(&read_npy(&fixtures().join(format!("float/logits/{i}.npy"))).unwrap());
+            let b = f32s(&run_outputs(&model, &Config::float(), &data, i)[0]);
+            let dot: f64 = a.iter().zip(&b).map(|(x, y)| f64::from(x * y)).sum();
+            let norm = |v: &[f32]| v.iter().map(|x| f64::from(x * x)).sum::<f64>().sqrt();
+            worst = worst.min(dot / (norm(&a) * norm(&b)));
+        }
+        eprintln!("{variant}: float model logits, worst cosine {worst:.6}");
+        assert!(worst > 0.999, "{variant}: {worst}");
     }
 }
 
@@ -136,8 +158,8 @@ fn calibrated_model_round_trips_through_qdq() {
     let imported = load_model_from_bytes(&model_to_bytes(&exported.model)).unwrap();
     let report = imported.imported_from_qdq().unwrap();
     assert_eq!(
-        (report.pairs, report.weights, report.biases),
-        (calibrated.calibration_nodes().len(), 0, 0)
+        (report.pairs, report.weights, report.biases, report.relus),
+        (calibrated.calibration_nodes().len(), 0, 0, 0)
     );
     let inputs = |m: &Model| -> Vec<(String, String)> {
         let mut v: Vec<(String, String)> = m
@@ -155,10 +177,10 @@ fn calibrated_model_round_trips_through_qdq() {
 
     for config in [Config::calibrated(), Config::float()] {
         for i in 0..8 {
-            let a = run_outputs(&calibrated, &config, i);
-            let b = run_outputs(&imported, &config, i);
+            let a = run_outputs(&calibrated, &config, &example_data(), i);
+            let b = run_outputs(&imported, &config, &example_data(), i);
             let bits = |ts: &[Tensor]| -> Vec<u32> {
-                ts.iter().flat_map(|t| f32s(t)).map(f32::to_bits).collect()
+                ts.iter().flat_map(f32s).map(f32::to_bits).collect()
             };
             assert_eq!(bits(&a), bits(&b), "sample {i}");
         }
@@ -209,7 +231,7 @@ fn summary_and_sensitivity_run_on_a_qdq_file() {
     let summary = stdout_of(&["summary".as_ref(), model.as_os_str()]);
     assert!(
         summary.contains(
-            "imported from a QDQ model: 12 QuantizeLinear/DequantizeLinear pair(s) and 7 integer weight(s) as HzCalibration nodes, 7 int32 bias(es) as float"
+            "imported from a QDQ model: 12 QuantizeLinear/DequantizeLinear pair(s) and 7 integer weight(s) as HzCalibration nodes, 7 int32 bias(es) as float, 9 Relu(s) restored"
         ),
         "{summary}"
     );
