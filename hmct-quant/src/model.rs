@@ -145,8 +145,18 @@ pub fn fake_quant_for(
 
 /// The group count of the ConvTranspose whose weight this calibration node feeds
 /// (1 when it feeds none): such a weight's output channels are regrouped (§3).
-/// A grouped Conv needs nothing of the kind: its output channels are axis 0.
+/// A grouped Conv needs nothing of the kind: its output channels are axis 0. Nor does
+/// a weight with one scale per entry of axis 1 (what per-axis QDQ files hold, e.g.
+/// onnxruntime's quantizer): that reading is already literal.
 fn conv_transpose_groups(model: &Model, cal: &CalibrationNode) -> usize {
+    let literal = model
+        .constant_tensor(cal.input())
+        .ok()
+        .flatten()
+        .is_some_and(|w| w.shape().get(1) == Some(&cal.scales().len()));
+    if literal {
+        return 1;
+    }
     model
         .consumers(cal.output())
         .iter()

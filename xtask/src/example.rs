@@ -346,7 +346,7 @@ pub fn tiny_cnn() -> ModelProto {
     let x = g.unary("gap", "GlobalAveragePool", &x);
     let x = g.unary("flatten", "Flatten", &x);
     let w: Vec<f32> = (0..CLASSES * 64)
-        .map(|_| (g.rng.normal() / 8.0) as f32)
+        .map(|_| (g.rng.normal() / 200.0) as f32)
         .collect();
     let b: Vec<f32> = (0..CLASSES)
         .map(|_| (0.1 * g.rng.normal()) as f32)
