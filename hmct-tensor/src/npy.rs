@@ -24,7 +24,7 @@ pub fn read_npy(path: &Path) -> Result<Tensor, TensorError> {
 /// Reads `.npy` content; `context` (usually the file name) prefixes errors.
 pub fn read_npy_bytes(bytes: &[u8], context: &str) -> Result<Tensor, TensorError> {
     let bad = |m: String| TensorError::invalid(context, m);
-    check_header_nesting(bytes).map_err(bad)?;
+    check_header(bytes).map_err(bad)?;
     let mut cursor = Cursor::new(bytes);
     let header = NpyHeader::from_reader(&mut cursor)
         .map_err(|e| bad(format!("not a valid .npy file ({e})")))?;
@@ -81,8 +81,9 @@ const MAX_HEADER_NESTING: usize = 6;
 /// npyz parses the header dict with a backtracking parser whose time grows
 /// exponentially with the nesting of brackets: a 240-byte header opening 130 `[`
 /// runs for minutes. Such headers are refused before npyz sees them. Brackets inside
-/// quoted strings count too, which only makes the check stricter.
-fn check_header_nesting(bytes: &[u8]) -> Result<(), String> {
+/// quoted strings count too, which only makes the check stricter. A declared header
+/// length beyond the end of the file is refused too.
+fn check_header(bytes: &[u8]) -> Result<(), String> {
     // Magic (6 bytes), version (2), header length (2 bytes in version 1, else 4).
     let (len, start) = match (bytes.get(..6), bytes.get(6)) {
         (Some(b"\x93NUMPY"), Some(1)) => match bytes.get(8..10) {
@@ -97,7 +98,14 @@ fn check_header_nesting(bytes: &[u8]) -> Result<(), String> {
         _ => return Ok(()),
     };
     let header = bytes.get(start..).unwrap_or_default();
-    let header = &header[..len.min(header.len())];
+    // npyz allocates the declared length before reading (found by fuzzing: 4 GB).
+    if len > header.len() {
+        return Err(format!(
+            "not a valid .npy file (the header declares {len} bytes, the file has {})",
+            header.len()
+        ));
+    }
+    let header = &header[..len];
     let mut depth = 0usize;
     for &b in header {
         match b {
@@ -272,5 +280,11 @@ mod tests {
         bytes.extend_from_slice(&[0; 8]);
         let e = read_npy_bytes(&bytes, "s.npy").unwrap_err().to_string();
         assert!(e.contains("structured or array dtypes"), "{e}");
+        // A version-2 header declaring 4 GB in a short file.
+        let mut huge = b"\x93NUMPY\x02\x00".to_vec();
+        huge.extend_from_slice(&0xff7b_0076u32.to_le_bytes());
+        huge.extend_from_slice(b"{'descr': '<f4'}");
+        let e = read_npy_bytes(&huge, "huge.npy").unwrap_err().to_string();
+        assert!(e.contains("the header declares"), "{e}");
     }
 }
