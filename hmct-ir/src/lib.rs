@@ -18,6 +18,7 @@ mod calibration;
 mod constant;
 mod edit;
 mod error;
+mod external;
 mod model;
 mod qdq;
 mod qdq_import;
@@ -36,7 +37,7 @@ pub use edit::{
 pub use error::IrError;
 pub use model::{
     Dim, Model, NodeId, ValueType, load_model, load_model_from_bytes, model_to_bytes, save_model,
-    write_atomic,
+    save_model_with_external_data, write_atomic,
 };
 pub use qdq::{QdqDomain, QdqError, QdqExport, QdqOptions, export_qdq};
 pub use qdq_import::{QdqImport, QdqImportError, import_qdq};

@@ -124,10 +124,43 @@ pub fn model_to_bytes(model: &Model) -> Vec<u8> {
 /// folder, which is then renamed over the target, so a failure never leaves a
 /// half-written model behind.
 ///
-/// Tensors stored as external data keep their relative locations; saving into
-/// another folder does not copy the data files.
+/// External data (ONNX's way to store weights outside the message): a model saved
+/// into the folder it was read from keeps its data files as they are. Saved into
+/// another folder, or too big for one protobuf message (2 GiB), its external tensors
+/// and large initializers go to `<file name>.data` beside it, written first, also
+/// through a temporary file.
 pub fn save_model(model: &Model, path: impl AsRef<Path>) -> Result<(), IrError> {
-    write_atomic(path.as_ref(), &model_to_bytes(model))
+    let path = path.as_ref();
+    // The horizon opset import adds a few bytes: nothing against the 2 GiB limit.
+    if !crate::external::needs_data_file(&model.proto, model.base_dir(), path) {
+        return write_atomic(path, &model_to_bytes(model));
+    }
+    save_with_data_file(model, path, crate::external::EXTERNAL_MIN_BYTES)
+}
+
+/// Saves `model` at `path` with its external tensors and every initializer of at
+/// least `min_bytes` in `<file name>.data` beside it (the data file is written
+/// first). Returns the data file's path.
+pub fn save_model_with_external_data(
+    model: &Model,
+    path: impl AsRef<Path>,
+    min_bytes: usize,
+) -> Result<PathBuf, IrError> {
+    let path = path.as_ref();
+    save_with_data_file(model, path, min_bytes)?;
+    Ok(crate::external::data_file_path(path))
+}
+
+fn save_with_data_file(model: &Model, path: &Path, min_bytes: usize) -> Result<(), IrError> {
+    let mut proto = model.proto.clone();
+    if model.needs_horizon_opset() {
+        proto.opset_import.push(OperatorSetIdProto {
+            domain: Some(crate::calibration::CALIBRATION_DOMAIN.to_string()),
+            version: Some(1),
+        });
+    }
+    crate::external::write_data_file(&mut proto, model.base_dir(), path, min_bytes)?;
+    write_atomic(path, &proto.encode_to_vec())
 }
 
 /// Writes `bytes` to `path` through a temporary file in the same folder and a rename.

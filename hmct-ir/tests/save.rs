@@ -219,3 +219,103 @@ fn absurd_shapes_are_errors() {
         assert!(m.constant_tensor("w").is_err(), "{dims:?}");
     }
 }
+
+/// A model with an external tensor saved into another folder takes its data along
+/// (`<file>.data` beside it), and one saved with every large initializer external
+/// reads back the same values, with the data in the side file and not the message.
+#[test]
+fn external_data_follows_the_model_and_large_initializers_can_go_external() {
+    use hmct_proto::onnx::{StringStringEntryProto, TensorProto};
+    let w = TensorProto {
+        name: Some("w".into()),
+        dims: vec![2],
+        data_type: Some(1),
+        data_location: Some(1),
+        external_data: vec![StringStringEntryProto {
+            key: Some("location".into()),
+            value: Some("weights.bin".into()),
+        }],
+        ..Default::default()
+    };
+    let big: Vec<f32> = (0..1000).map(|k| k as f32 * 0.25 - 7.0).collect();
+    let b = common::f32_init("b", &[1000], big.clone());
+    let p = model(
+        &["x"],
+        vec![w, b],
+        vec![
+            node("a", "Add", &["x", "w"], &["y"]),
+            node("c", "Add", &["y", "b"], &["z"]),
+        ],
+        &["z"],
+    );
+    let source = tempfile::tempdir().unwrap();
+    let bytes: Vec<u8> = [1.5f32, -2.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    std::fs::write(source.path().join("weights.bin"), bytes).unwrap();
+    let path = source.path().join("m.onnx");
+    std::fs::write(&path, p.encode_to_vec()).unwrap();
+    let m = load_model(&path).unwrap();
+
+    // Same folder: nothing moves, no data file appears.
+    save_model(&m, source.path().join("again.onnx")).unwrap();
+    assert!(!source.path().join("again.onnx.data").exists());
+
+    // Another folder: the external tensor comes along into the side file.
+    let target = tempfile::tempdir().unwrap();
+    let moved = target.path().join("moved.onnx");
+    save_model(&m, &moved).unwrap();
+    assert!(target.path().join("moved.onnx.data").exists());
+    drop(m);
+    std::fs::remove_file(source.path().join("weights.bin")).unwrap();
+    let back = load_model(&moved).unwrap();
+    assert_eq!(
+        back.constant_tensor("w")
+            .unwrap()
+            .unwrap()
+            .to_f64_vec()
+            .unwrap(),
+        [1.5, -2.0]
+    );
+
+    // Every initializer of at least 1 KiB external: `b` (4000 bytes) goes out, `w`
+    // (already external) too; the values read back bit for bit.
+    let all = target.path().join("all.onnx");
+    let data = hmct_ir::save_model_with_external_data(&back, &all, 1024).unwrap();
+    assert_eq!(data, target.path().join("all.onnx.data"));
+    assert_eq!(std::fs::metadata(&data).unwrap().len(), 8 + 4000);
+    assert!(
+        std::fs::metadata(&all).unwrap().len() < 4000,
+        "the message holds no weights"
+    );
+    let again = load_model(&all).unwrap();
+    let got = again
+        .constant_tensor("b")
+        .unwrap()
+        .unwrap()
+        .to_f64_vec()
+        .unwrap();
+    assert_eq!(got, big.iter().map(|&v| f64::from(v)).collect::<Vec<_>>());
+    assert_eq!(
+        again
+            .constant_tensor("w")
+            .unwrap()
+            .unwrap()
+            .to_f64_vec()
+            .unwrap(),
+        [1.5, -2.0]
+    );
+    // Re-saving over itself reads the old side file before replacing it.
+    hmct_ir::save_model_with_external_data(&again, &all, 1024).unwrap();
+    let once_more = load_model(&all).unwrap();
+    assert_eq!(
+        once_more
+            .constant_tensor("b")
+            .unwrap()
+            .unwrap()
+            .to_f64_vec()
+            .unwrap(),
+        got
+    );
+}
