@@ -224,11 +224,23 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), PlotError> {
         path: path.to_path_buf(),
         source,
     };
+    // A device or pipe is written in place: renaming over it would replace it with a
+    // regular file.
+    if let Ok(m) = std::fs::metadata(path)
+        && !m.is_file()
+        && !m.is_dir()
+    {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(io)?;
+        return f.write_all(bytes).and_then(|()| f.flush()).map_err(io);
+    }
     let mut tmp = tempfile::Builder::new()
         .prefix(".hmct-plot-")
         .suffix(".tmp")
         .tempfile_in(dir)
-        .map_err(io)?;
+        .map_err(|e| io(without_temp_name(e)))?;
     tmp.write_all(bytes).map_err(io)?;
     // Temp files are created owner-only; a figure is an ordinary output file.
     #[cfg(unix)]
@@ -241,4 +253,14 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), PlotError> {
     tmp.flush().map_err(io)?;
     tmp.persist(path).map_err(|e| io(e.error))?;
     Ok(())
+}
+
+/// tempfile's errors end with the random name of the file it tried to create, which
+/// the user never asked for; the error names the target instead.
+fn without_temp_name(e: std::io::Error) -> std::io::Error {
+    let text = e.to_string();
+    match text.rfind(" at path \"") {
+        Some(i) => std::io::Error::new(e.kind(), &text[..i]),
+        None => e,
+    }
 }

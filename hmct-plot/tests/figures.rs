@@ -223,6 +223,46 @@ fn unwritable_path_is_an_io_error_and_leaves_nothing() {
     // Neither attempt left a temp file behind.
     let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert_eq!(leftovers.len(), 1);
+    // The error names the target, never tempfile's random name.
+    let err = line_chart(&spec, &missing, Format::Png).unwrap_err();
+    assert!(!err.to_string().contains(".hmct-plot-"), "{err}");
+}
+
+/// A full disk: a link to /dev/full (a device, written in place rather than renamed
+/// over, so the device and the link stay what they were) gives an Io error.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_full_device_is_an_io_error_and_is_not_replaced() {
+    use std::os::unix::fs::FileTypeExt;
+    if !Path::new("/dev/full").exists() {
+        eprintln!("skipped: no /dev/full");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let link = dir.path().join("full.png");
+    std::os::unix::fs::symlink("/dev/full", &link).unwrap();
+    let spec = LineChart {
+        figure: Figure::new("t", "x", "y"),
+        x_labels: node_names(3),
+        series: vec![LineSeries::new("s", vec![1.0, 0.9, 0.8])],
+        baseline: None,
+    };
+    assert!(matches!(
+        line_chart(&spec, &link, Format::Png),
+        Err(PlotError::Io { .. })
+    ));
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert!(
+        std::fs::metadata("/dev/full")
+            .unwrap()
+            .file_type()
+            .is_char_device()
+    );
 }
 
 #[test]
