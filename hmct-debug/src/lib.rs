@@ -1,6 +1,7 @@
 //! The accuracy-debug analyses on calibrated models: node sensitivity, accumulated
-//! error, distributions, channel-wise statistics, sensitivity analysis, runall, and
-//! calibration of float models.
+//! error, distributions, channel-wise statistics, sensitivity analysis, health
+//! checks, runall and its HTML report, mixed-precision search, and calibration of
+//! float models. Each returns its data; the plots and the page render it.
 
 pub mod acc_error;
 pub mod calibrate;
