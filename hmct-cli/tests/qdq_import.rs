@@ -158,7 +158,7 @@ fn calibrated_model_round_trips_through_qdq() {
     let imported = load_model_from_bytes(&model_to_bytes(&exported.model)).unwrap();
     let report = imported.imported_from_qdq().unwrap();
     assert_eq!(
-        (report.pairs, report.weights, report.biases, report.relus),
+        (report.pairs, report.weights, report.biases, report.clips),
         (calibrated.calibration_nodes().len(), 0, 0, 0)
     );
     let inputs = |m: &Model| -> Vec<(String, String)> {
@@ -231,7 +231,7 @@ fn summary_and_sensitivity_run_on_a_qdq_file() {
     let summary = stdout_of(&["summary".as_ref(), model.as_os_str()]);
     assert!(
         summary.contains(
-            "imported from a QDQ model: 12 QuantizeLinear/DequantizeLinear pair(s) and 7 integer weight(s) as HzCalibration nodes, 7 int32 bias(es) as float, 9 Relu(s) restored"
+            "imported from a QDQ model: 12 QuantizeLinear/DequantizeLinear pair(s) and 7 integer weight(s) as HzCalibration nodes, 7 int32 bias(es) as float, 9 dropped Relu/Clip(s) restored"
         ),
         "{summary}"
     );

@@ -19,15 +19,17 @@
 //! re-quantizing at another precision; signed types with a nonzero zero point carry
 //! no thresholds (a symmetric threshold cannot express them).
 //!
-//! onnxruntime drops a Relu (or Clip) whose output is quantized with a range starting
-//! at 0, since the quantization clips there anyway. Switched OFF, such a pair would
-//! then pass negative values the float model never had, so a Relu is put back before
-//! every activation pair whose range starts at 0 (zero point = qmin), unless the
-//! tensor already comes from a Relu. With the pair ON this changes no bit (the pair
-//! maps every value below 0 to 0 either way); a tensor that is non-negative anyway
-//! (Softmax, Sigmoid) is unchanged by it. The upper bound of a dropped Clip cannot be
-//! told from a quantization range and is not restored.
-//!
+//! onnxruntime drops a Relu or Clip whose output is quantized (the quantization clips
+//! anyway) and gives the pair the range of the activation's output over its
+//! calibration data. Switched OFF, such a pair would pass values the float model
+//! never had, and a float model without the Clips of hard-swish blocks diverges
+//! (values of 1e22 and NaN were seen on a MobileNetV3). So before every per-tensor
+//! activation pair whose range starts at 0 (zero point = qmin), unless its input
+//! already comes from a Relu or Clip, a `Clip(0, top)` is put back, `top` being the
+//! largest value the pair represents ((qmax - zp) · scale). On the calibration data
+//! that is what the dropped Relu or Clip did (onnxruntime's range is that data's),
+//! and with the pair ON it changes no bit (the pair saturates at 0 and `top`).
+
 //! Integer operators (QLinearConv, ConvInteger, ...) have no calibrated equivalent and
 //! are refused, as are lone QuantizeLinear / DequantizeLinear nodes.
 
@@ -54,17 +56,17 @@ pub struct QdqImport {
     pub weights: usize,
     /// int32 constants (biases) now float initializers without calibration node.
     pub biases: usize,
-    /// Relu nodes put back before activation pairs whose range starts at 0 (see
+    /// Clip nodes put back before activation pairs whose range starts at 0 (see
     /// the module doc).
-    pub relus: usize,
+    pub clips: usize,
 }
 
 impl std::fmt::Display for QdqImport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} QuantizeLinear/DequantizeLinear pair(s) and {} integer weight(s) as HzCalibration nodes, {} int32 bias(es) as float, {} Relu(s) restored",
-            self.pairs, self.weights, self.biases, self.relus
+            "{} QuantizeLinear/DequantizeLinear pair(s) and {} integer weight(s) as HzCalibration nodes, {} int32 bias(es) as float, {} dropped Relu/Clip(s) restored",
+            self.pairs, self.weights, self.biases, self.clips
         )
     }
 }
@@ -175,17 +177,44 @@ pub fn import_qdq(model: Model) -> Result<(Model, QdqImport), QdqImportError> {
             let name = names.fresh(format!("{source}_{CALIBRATION_OP}"));
             let mut nodes = Vec::new();
             let mut quantized = source.clone();
-            if folds_relu(&model, &source, &qp) {
-                let relu_out = names.fresh(format!("{source}_relu"));
-                nodes.push(NodeProto {
-                    name: Some(names.fresh(format!("{source}_Relu"))),
-                    op_type: Some("Relu".to_string()),
+            if let Some(top) = folded_clip_top(&model, &source, &qp) {
+                let clipped = names.fresh(format!("{source}_clip"));
+                let mut clip = NodeProto {
+                    name: Some(names.fresh(format!("{source}_Clip"))),
+                    op_type: Some("Clip".to_string()),
                     input: vec![source],
-                    output: vec![relu_out.clone()],
+                    output: vec![clipped.clone()],
                     ..Default::default()
-                });
-                quantized = relu_out;
-                report.relus += 1;
+                };
+                // Clip takes its bounds as inputs from opset 11, as attributes before.
+                if default_opset(&model) >= 11 {
+                    for (suffix, value) in [("min", 0.0f32), ("max", top)] {
+                        let bound = names.fresh(format!("{}_{suffix}", clip.name()));
+                        new_initializers.push(TensorProto {
+                            name: Some(bound.clone()),
+                            data_type: Some(hmct_proto::onnx::tensor_proto::DataType::Float as i32),
+                            float_data: vec![value],
+                            ..Default::default()
+                        });
+                        clip.input.push(bound);
+                    }
+                } else {
+                    clip.attribute = ["min", "max"]
+                        .into_iter()
+                        .zip([0.0f32, top])
+                        .map(|(attr, value)| hmct_proto::onnx::AttributeProto {
+                            name: Some(attr.to_string()),
+                            r#type: Some(
+                                hmct_proto::onnx::attribute_proto::AttributeType::Float as i32,
+                            ),
+                            f: Some(value),
+                            ..Default::default()
+                        })
+                        .collect();
+                }
+                nodes.push(clip);
+                quantized = clipped;
+                report.clips += 1;
             }
             nodes.push(calibration_node(name, quantized, output, tensor_type, &qp));
             replaced.insert(dq, nodes);
@@ -472,19 +501,25 @@ fn params(
     })
 }
 
-/// True when a pair on activation `source` needs a Relu before it (see the module
-/// doc): per-tensor, its range starts at 0, and `source` is computed by a node other
-/// than a Relu.
-fn folds_relu(model: &Model, source: &str, p: &Params) -> bool {
-    let starts_at_zero = p.axis.is_none()
-        && p.qtype
-            .qrange()
-            .is_some_and(|(qmin, _)| p.zero_points[0] == qmin);
-    starts_at_zero
-        && !model.is_constant(source)
+/// The upper bound of the Clip a pair on activation `source` needs before it (see the
+/// module doc): per-tensor, its range starts at 0, and `source` is computed by a node
+/// other than a Relu or Clip.
+fn folded_clip_top(model: &Model, source: &str, p: &Params) -> Option<f32> {
+    let (qmin, qmax) = p.qtype.qrange()?;
+    let starts_at_zero = p.axis.is_none() && p.zero_points[0] == qmin;
+    let computed = !model.is_constant(source)
         && model
             .producer(source)
-            .is_some_and(|id| model.node(id).op_type() != "Relu")
+            .is_some_and(|id| !matches!(model.node(id).op_type(), "Relu" | "Clip"));
+    (starts_at_zero && computed).then(|| (qmax - p.zero_points[0]) as f32 * p.scales[0])
+}
+
+/// The default-domain opset the model declares.
+fn default_opset(model: &Model) -> i64 {
+    model
+        .opset("")
+        .or_else(|| model.opset("ai.onnx"))
+        .unwrap_or(1)
 }
 
 /// True for the integer types of [`dtype_qtype`].

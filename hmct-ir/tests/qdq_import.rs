@@ -59,7 +59,7 @@ fn uint8_activations_and_per_channel_weights() {
             pairs: 12,
             weights: 7,
             biases: 7,
-            relus: 9
+            clips: 9
         })
     );
     assert_eq!(
@@ -103,17 +103,27 @@ fn uint8_activations_and_per_channel_weights() {
     assert_eq!(stem.input[0], cal.output());
 
     // onnxruntime dropped the Relu after stem_conv (the pair's range starts at 0):
-    // it is back, between the Conv and the calibration node.
+    // a Clip from 0 to the top of the pair's range is back, between the Conv and the
+    // calibration node.
     let cal = m
         .calibration_by_name("stem_relu_out_HzCalibration")
         .unwrap();
     assert_eq!(cal.zero_point(), vec![0]);
-    assert_eq!(cal.input(), "stem_relu_out_relu");
-    let relu = m.node(m.producer(cal.input()).unwrap());
+    assert_eq!(cal.input(), "stem_relu_out_clip");
+    let clip = m.node(m.producer(cal.input()).unwrap());
     assert_eq!(
-        (relu.op_type(), relu.input.as_slice()),
-        ("Relu", &["stem_relu_out".to_string()][..])
+        (clip.op_type(), &clip.input[..1]),
+        ("Clip", &["stem_relu_out".to_string()][..])
     );
+    let bound = |k: usize| {
+        m.constant_tensor(&clip.input[k])
+            .unwrap()
+            .unwrap()
+            .to_f64_vec()
+            .unwrap()
+    };
+    assert_eq!(bound(1), [0.0]);
+    assert_eq!(bound(2), [f64::from(255.0 * cal.scales()[0])]);
     assert_eq!(stem.output, vec!["stem_relu_out".to_string()]);
     // Not where the range does not start at 0 (zero point 175 of 0..255).
     let cal = m
@@ -331,7 +341,7 @@ fn int16_per_channel_activations_and_uint8_weights_with_a_zero_point() {
             pairs: 1,
             weights: 1,
             biases: 0,
-            relus: 0
+            clips: 0
         }
     );
     let cal = m.calibration_by_name("x_HzCalibration").unwrap();
