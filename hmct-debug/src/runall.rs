@@ -380,12 +380,7 @@ pub fn runall(
         None => summary
             .distribution_nodes
             .iter()
-            .filter(|n| {
-                engine
-                    .model()
-                    .node_id(n)
-                    .is_ok_and(|id| engine.model().calibration(id).is_some())
-            })
+            .filter(|n| has_channels(engine.model(), n))
             .cloned()
             .collect(),
     };
@@ -568,4 +563,24 @@ fn publish(stage: &Path, save_dir: &Path) -> Result<(), RunallError> {
         }
     }
     Ok(())
+}
+
+/// Whether `name` is a calibration node whose input has a channel axis to draw box
+/// plots along: not a scalar (QDQ files quantize scalar constants such as a Mul's
+/// factor) and not an activation of rank 1 or less.
+fn has_channels(model: &hmct_ir::Model, name: &str) -> bool {
+    let Some(cal) = model
+        .node_id(name)
+        .ok()
+        .and_then(|id| model.calibration(id))
+    else {
+        return false;
+    };
+    if let Ok(Some(weight)) = model.constant_tensor(cal.input()) {
+        return !weight.shape().is_empty();
+    }
+    model
+        .value_type(cal.input())
+        .and_then(|t| t.shape)
+        .is_none_or(|dims| dims.len() > 1)
 }
