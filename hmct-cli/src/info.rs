@@ -74,12 +74,33 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         }
     };
     print(&report, args, out).context("writing to stdout")?;
+    warn_about_nan(&report);
     if let Some(path) = &args.json {
         let mut json = serde_json::to_vec_pretty(&report)?;
         json.push(b'\n');
         hmct_ir::write_atomic(path, &json)?;
     }
     Ok(())
+}
+
+/// The means skip samples whose figures are NaN (NaN or Inf in an output): say how
+/// many, so that a table over the remaining samples is not taken for the whole data.
+fn warn_about_nan(report: &InfoReport) {
+    let n = report.samples.len();
+    for (k, mean) in report.mean_outputs.iter().enumerate() {
+        let bad = report
+            .samples
+            .iter()
+            .filter(|s| s.outputs[k].figures.cosine.is_nan())
+            .count();
+        if bad > 0 {
+            eprintln!(
+                "warning: output '{}': {bad} of {n} sample(s) give NaN (NaN or Inf in the float \
+                 or the quantized output); the figures above skip them",
+                mean.tensor
+            );
+        }
+    }
 }
 
 /// The tensors of `-c` arguments, matched to the model inputs.
