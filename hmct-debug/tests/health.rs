@@ -387,3 +387,70 @@ fn findings_serialize_with_stable_names() {
     assert_eq!(f["node"], "x_HzCalibration");
     assert_eq!(json["warnings"], 1);
 }
+
+/// runall's default box plots skip a calibration node without a channel axis: a
+/// scalar weight (QDQ files quantize a Mul's scalar factor) is among the top nodes of
+/// the weight ranking here, and runall completes instead of stopping at
+/// "axis 0 is out of range".
+#[test]
+fn runall_skips_box_plots_of_scalar_calibration_nodes() {
+    let w = Tensor::from_f32(&[2, 2, 1, 1], WEIGHT.to_vec()).unwrap();
+    let k = Tensor::from_f32(&[], vec![0.3]).unwrap();
+    let model = build(
+        vec![
+            node("conv", "Conv", &["x", "w"], &["y"]),
+            node("scale", "Mul", &["y", "k"], &["z"]),
+        ],
+        vec![tensor_to_proto(&w, "w"), tensor_to_proto(&k, "k")],
+        "z",
+    );
+    let model = hmct_ir::testing::calibrate_for_tests(model, 1.0).unwrap();
+    let mul = model.node_id("scale").unwrap();
+    let model = model
+        .insert_calibrations(vec![CalibrationInsert {
+            spec: CalibrationSpec {
+                name: "k_HzCalibration".into(),
+                input: "k".into(),
+                output: "k_q".into(),
+                tensor_type: TensorType::Weight,
+                qtype: QType::INT8,
+                thresholds: vec![0.3],
+                axis: None,
+                group: None,
+                constant: 1,
+                switch_on: true,
+            },
+            consumers: vec![(mul, 1)],
+        }])
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    data(dir.path(), false);
+    let engine = Engine::new(model, dir.path(), &EngineOptions::default()).unwrap();
+    let out = dir.path().join("result");
+    let summary = hmct_debug::runall::runall(
+        &engine,
+        &hmct_debug::runall::RunallOptions::default(),
+        &out,
+        None,
+        &|_, _, _| {},
+    )
+    .unwrap();
+    assert!(
+        summary
+            .distribution_nodes
+            .iter()
+            .any(|n| n == "k_HzCalibration")
+    );
+    assert!(
+        !summary
+            .channelwise_nodes
+            .iter()
+            .any(|n| n == "k_HzCalibration")
+    );
+    assert!(
+        summary
+            .channelwise_nodes
+            .iter()
+            .any(|n| n == "w_HzCalibration")
+    );
+}
