@@ -43,6 +43,7 @@ pub use qdq::{QdqDomain, QdqError, QdqExport, QdqOptions, export_qdq};
 pub use qdq_import::{QdqImport, QdqImportError, import_qdq};
 pub use qtype::{QType, TensorType};
 pub use search::{
-    SKIPPABLE_OPS, consumer_label, find_input_calibration, find_output_calibration,
-    input_calibrations, is_quantized, is_skippable, quantized_consumers, quantized_nodes,
+    SKIPPABLE_OPS, consumer_label, conv_transpose_groups, find_input_calibration,
+    find_output_calibration, input_calibrations, is_quantized, is_skippable, quantized_consumers,
+    quantized_nodes,
 };

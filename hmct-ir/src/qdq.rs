@@ -161,10 +161,8 @@ pub fn export_qdq(model: &Model, options: &QdqOptions) -> Result<QdqExport, QdqE
         }
         plans.push((id, plan));
     }
-    let opset = model
-        .opset("")
-        .or_else(|| model.opset("ai.onnx"))
-        .unwrap_or(1);
+    // `opset("")` also finds an import spelled "ai.onnx".
+    let opset = model.opset("").unwrap_or(1);
     let domain = match options.domain {
         Some(QdqDomain::Standard) if opset < standard_needs => {
             return Err(QdqError::OpsetTooOld {
@@ -477,7 +475,7 @@ fn plan_node(model: &Model, id: NodeId) -> Result<Plan, QdqError> {
     let scales = cal.scales();
     let zero_points = cal.zero_point();
     let axis = cal.is_per_channel().then(|| cal.axis().unwrap_or(1));
-    let groups = conv_transpose_groups(model, cal.output());
+    let groups = crate::conv_transpose_groups(model, cal.output());
     let regroup = if cal.is_per_channel() && groups > 1 {
         let weight = model.constant_tensor(cal.input())?.ok_or_else(|| {
             unsupported("per-channel weight of a grouped ConvTranspose is not a constant".into())
@@ -531,25 +529,6 @@ fn plan_node(model: &Model, id: NodeId) -> Result<Plan, QdqError> {
         axis,
         regroup,
     })
-}
-
-/// The group count of a ConvTranspose that reads `value` as its weight (1 if none).
-fn conv_transpose_groups(model: &Model, value: &str) -> usize {
-    model
-        .consumers(value)
-        .iter()
-        .map(|&id| model.node(id))
-        .filter(|n| {
-            n.op_type() == "ConvTranspose" && n.input.get(1).map(String::as_str) == Some(value)
-        })
-        .filter_map(|n| {
-            n.attribute
-                .iter()
-                .find(|a| a.name() == "group")
-                .and_then(|a| a.i)
-        })
-        .find(|&g| g > 1)
-        .map_or(1, |g| usize::try_from(g).unwrap_or(1))
 }
 
 /// Little-endian raw data of integer tensors; 4-bit values two to a byte, low

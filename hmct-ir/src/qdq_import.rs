@@ -187,7 +187,7 @@ pub fn import_qdq(model: Model) -> Result<(Model, QdqImport), QdqImportError> {
                     ..Default::default()
                 };
                 // Clip takes its bounds as inputs from opset 11, as attributes before.
-                if default_opset(&model) >= 11 {
+                if model.opset("").unwrap_or(1) >= 11 {
                     for (suffix, value) in [("min", 0.0f32), ("max", top)] {
                         let bound = names.fresh(format!("{}_{suffix}", clip.name()));
                         new_initializers.push(TensorProto {
@@ -512,14 +512,6 @@ fn folded_clip_top(model: &Model, source: &str, p: &Params) -> Option<f32> {
             .producer(source)
             .is_some_and(|id| !matches!(model.node(id).op_type(), "Relu" | "Clip"));
     (starts_at_zero && computed).then(|| (qmax - p.zero_points[0]) as f32 * p.scales[0])
-}
-
-/// The default-domain opset the model declares.
-fn default_opset(model: &Model) -> i64 {
-    model
-        .opset("")
-        .or_else(|| model.opset("ai.onnx"))
-        .unwrap_or(1)
 }
 
 /// True for the integer types of [`dtype_qtype`].

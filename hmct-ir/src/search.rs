@@ -181,3 +181,24 @@ pub fn consumer_label(model: &Model, calib: NodeId) -> String {
         .collect::<Vec<_>>()
         .join(";")
 }
+
+/// The group count of a ConvTranspose that reads `weight` as its weight input (1 when
+/// none does, or none is grouped). Such a weight's output channels are spread over
+/// axes 0 and 1 (HZCALIBRATION.md §3); a grouped Conv needs nothing of the kind.
+pub fn conv_transpose_groups(model: &Model, weight: &str) -> usize {
+    model
+        .consumers(weight)
+        .iter()
+        .map(|&id| model.node(id))
+        .filter(|n| {
+            n.op_type() == "ConvTranspose" && n.input.get(1).map(String::as_str) == Some(weight)
+        })
+        .filter_map(|n| {
+            n.attribute
+                .iter()
+                .find(|a| a.name() == "group")
+                .and_then(|a| a.i)
+        })
+        .find(|&g| g > 1)
+        .map_or(1, |g| usize::try_from(g).unwrap_or(1))
+}

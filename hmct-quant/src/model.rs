@@ -143,34 +143,19 @@ pub fn fake_quant_for(
         .map_err(|e| e.to_string())
 }
 
-/// The group count of the ConvTranspose whose weight this calibration node feeds
-/// (1 when it feeds none): such a weight's output channels are regrouped (§3).
-/// A grouped Conv needs nothing of the kind: its output channels are axis 0. Nor does
-/// a weight with one scale per entry of axis 1 (what per-axis QDQ files hold, e.g.
-/// onnxruntime's quantizer): that reading is already literal.
+/// The group count by which a weight calibration node's channels are regrouped: that
+/// of the grouped ConvTranspose it feeds (see [`hmct_ir::conv_transpose_groups`]),
+/// unless the node has one scale per entry of axis 1, the literal per-axis reading
+/// QDQ files hold (e.g. onnxruntime's quantizer). Only a grouped weight is decoded.
 fn conv_transpose_groups(model: &Model, cal: &CalibrationNode) -> usize {
+    let groups = hmct_ir::conv_transpose_groups(model, cal.output());
+    if groups == 1 {
+        return 1;
+    }
     let literal = model
         .constant_tensor(cal.input())
         .ok()
         .flatten()
         .is_some_and(|w| w.shape().get(1) == Some(&cal.scales().len()));
-    if literal {
-        return 1;
-    }
-    model
-        .consumers(cal.output())
-        .iter()
-        .map(|&id| model.node(id))
-        .filter(|node| {
-            node.op_type() == "ConvTranspose"
-                && node.input.get(1).map(String::as_str) == Some(cal.output())
-        })
-        .map(|node| {
-            node.attribute
-                .iter()
-                .find(|a| a.name() == "group")
-                .map_or(1, |a| a.i())
-        })
-        .find(|&g| g > 1)
-        .map_or(1, |g| usize::try_from(g).unwrap_or(1))
+    if literal { 1 } else { groups }
 }
