@@ -122,12 +122,7 @@ impl AccError {
     /// writing).
     pub fn is_usage(&self) -> bool {
         match self {
-            AccError::Engine(e) => matches!(
-                e,
-                EngineError::UnknownNodes(_)
-                    | EngineError::DataNum { .. }
-                    | EngineError::ZeroDataNum
-            ),
+            AccError::Engine(e) => e.is_usage(),
             AccError::NothingToDo
             | AccError::EmptyList { .. }
             | AccError::EmptyGroup { .. }

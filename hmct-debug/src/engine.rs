@@ -53,6 +53,17 @@ pub enum EngineError {
     Compare { value: String, message: String },
 }
 
+impl EngineError {
+    /// True for mistakes in the arguments: unknown names, a sample count the data
+    /// does not have.
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            EngineError::UnknownNodes(_) | EngineError::DataNum { .. } | EngineError::ZeroDataNum
+        )
+    }
+}
+
 /// A name that is not a node of the model, with the closest node names.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UnknownName {

@@ -71,12 +71,7 @@ impl MixedPrecisionError {
     /// writing).
     pub fn is_usage(&self) -> bool {
         match self {
-            MixedPrecisionError::Engine(e) => matches!(
-                e,
-                EngineError::UnknownNodes(_)
-                    | EngineError::DataNum { .. }
-                    | EngineError::ZeroDataNum
-            ),
+            MixedPrecisionError::Engine(e) => e.is_usage(),
             MixedPrecisionError::Ranking(e) => e.is_usage(),
             MixedPrecisionError::BadTarget { .. } | MixedPrecisionError::ZeroBudget => true,
             MixedPrecisionError::QType { .. }

@@ -105,12 +105,7 @@ impl SensitivityError {
     /// True for mistakes in the arguments (as opposed to failures while running).
     pub fn is_usage(&self) -> bool {
         match self {
-            SensitivityError::Engine(e) => matches!(
-                e,
-                EngineError::UnknownNodes(_)
-                    | EngineError::DataNum { .. }
-                    | EngineError::ZeroDataNum
-            ),
+            SensitivityError::Engine(e) => e.is_usage(),
             _ => true,
         }
     }

@@ -152,12 +152,7 @@ impl AnalysisError {
     /// writing).
     pub fn is_usage(&self) -> bool {
         match self {
-            AnalysisError::Engine(e) => matches!(
-                e,
-                EngineError::UnknownNodes(_)
-                    | EngineError::DataNum { .. }
-                    | EngineError::ZeroDataNum
-            ),
+            AnalysisError::Engine(e) => e.is_usage(),
             AnalysisError::Ranking(e) => e.is_usage(),
             AnalysisError::UnknownQType { .. }
             | AnalysisError::BadThreshold(_)
