@@ -2,66 +2,11 @@
 //! binary: flags, printed tables, the files and JSON written, and the mistakes
 //! (exit status, one line, nothing left behind). Needs ../shared/models.
 
-use std::ffi::OsStr;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-struct Fixture {
-    dir: tempfile::TempDir,
-    model: PathBuf,
-    data: PathBuf,
-}
-
-fn fixture() -> Option<Fixture> {
-    let Some(model) = hmct_ir::testing::calibrated_pnet().unwrap() else {
-        eprintln!("skipped: ../shared/models not found");
-        return None;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("calibrated_model.onnx");
-    hmct_ir::save_model(&model, &path).unwrap();
-    let data = hmct_ir::testing::shared_dir()
-        .unwrap()
-        .join("models/mtcnn_pnet/calibration_data");
-    Some(Fixture {
-        dir,
-        model: path,
-        data,
-    })
-}
-
-impl Fixture {
-    fn run(&self, command: &str, args: &[&str]) -> Output {
-        let mut all: Vec<&OsStr> = vec![
-            command.as_ref(),
-            self.model.as_os_str(),
-            self.data.as_os_str(),
-        ];
-        all.extend(args.iter().map(|a| OsStr::new(*a)));
-        Command::new(env!("CARGO_BIN_EXE_hmct-debugger"))
-            .args(all)
-            .output()
-            .unwrap()
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn path_str(&self, name: &str) -> String {
-        self.path(name).to_str().unwrap().to_string()
-    }
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "status {:?}: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone()).unwrap()
-}
+use common::{fixture, json, ok};
+use std::path::Path;
+use std::process::Output;
 
 /// Exit status `code`, a single `error:` line on stderr, returned.
 fn fails(out: &Output, code: i32) -> String {
@@ -70,10 +15,6 @@ fn fails(out: &Output, code: i32) -> String {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.starts_with("error: "), "{err}");
     err
-}
-
-fn json(path: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 #[test]

@@ -3,65 +3,11 @@
 //! JSON, CSV), and the mistakes (one line, exit status 2 for usage, 1 for an
 //! unwritable folder, nothing left behind). Needs ../shared/models.
 
-use std::ffi::OsStr;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-struct Fixture {
-    dir: tempfile::TempDir,
-    model: PathBuf,
-    data: PathBuf,
-}
-
-fn fixture() -> Option<Fixture> {
-    let Some(model) = hmct_ir::testing::calibrated_pnet().unwrap() else {
-        eprintln!("skipped: ../shared/models not found");
-        return None;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("calibrated_model.onnx");
-    hmct_ir::save_model(&model, &path).unwrap();
-    let data = hmct_ir::testing::shared_dir()
-        .unwrap()
-        .join("models/mtcnn_pnet/calibration_data");
-    Some(Fixture {
-        dir,
-        model: path,
-        data,
-    })
-}
-
-impl Fixture {
-    /// `<command> MODEL DATA args...`, run in the fixture folder (so the default
-    /// `./debug_result/` lands there).
-    fn run(&self, command: &str, args: &[&str]) -> Output {
-        let mut all: Vec<&OsStr> = vec![
-            command.as_ref(),
-            self.model.as_os_str(),
-            self.data.as_os_str(),
-        ];
-        all.extend(args.iter().map(|a| OsStr::new(*a)));
-        Command::new(env!("CARGO_BIN_EXE_hmct-debugger"))
-            .args(&all)
-            .current_dir(self.dir.path())
-            .output()
-            .unwrap()
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "status {:?}: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone()).unwrap()
-}
+use common::{fixture, ok};
+use std::path::Path;
+use std::process::Output;
 
 /// The one `error: ...` line of a failed run with exit status `code`.
 fn fails(out: &Output, code: i32) -> String {

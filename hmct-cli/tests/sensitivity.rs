@@ -2,8 +2,10 @@
 //! flags, the table per node type, the .log and JSON files, and the argument
 //! mistakes (exit status 2, one line, nothing written). Needs ../shared/models.
 
+mod common;
+
+use common::{Fixture, fixture, json, ok};
 use std::ffi::OsStr;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn bin(args: &[&OsStr]) -> Output {
@@ -13,59 +15,9 @@ fn bin(args: &[&OsStr]) -> Output {
         .unwrap()
 }
 
-struct Fixture {
-    dir: tempfile::TempDir,
-    model: PathBuf,
-    data: PathBuf,
-}
-
-fn fixture() -> Option<Fixture> {
-    let Some(model) = hmct_ir::testing::calibrated_pnet().unwrap() else {
-        eprintln!("skipped: ../shared/models not found");
-        return None;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("calibrated_model.onnx");
-    hmct_ir::save_model(&model, &path).unwrap();
-    let data = hmct_ir::testing::shared_dir()
-        .unwrap()
-        .join("models/mtcnn_pnet/calibration_data");
-    Some(Fixture {
-        dir,
-        model: path,
-        data,
-    })
-}
-
-impl Fixture {
-    /// `get-sensitivity-of-nodes MODEL DATA args...`
-    fn run(&self, args: &[&str]) -> Output {
-        let mut all: Vec<&OsStr> = vec![
-            "get-sensitivity-of-nodes".as_ref(),
-            self.model.as_os_str(),
-            self.data.as_os_str(),
-        ];
-        all.extend(args.iter().map(|a| OsStr::new(*a)));
-        bin(&all)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "status {:?}: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone()).unwrap()
-}
-
-fn json(path: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+/// `get-sensitivity-of-nodes MODEL DATA args...`
+fn sensitivity(f: &Fixture, args: &[&str]) -> Output {
+    f.run("get-sensitivity-of-nodes", args)
 }
 
 fn collapsed(line: &str) -> String {
@@ -87,16 +39,19 @@ fn verbose_table_per_node_type_matches_the_json() {
         ),
     ] {
         let json_path = f.path(&format!("{node_type}.json"));
-        let stdout = ok(&f.run(&[
-            "-m",
-            "['cosine-similarity','mse']",
-            "-n",
-            node_type,
-            "-v",
-            "True",
-            "--json",
-            json_path.to_str().unwrap(),
-        ]));
+        let stdout = ok(&sensitivity(
+            &f,
+            &[
+                "-m",
+                "['cosine-similarity','mse']",
+                "-n",
+                node_type,
+                "-v",
+                "True",
+                "--json",
+                json_path.to_str().unwrap(),
+            ],
+        ));
         let lines: Vec<&str> = stdout.lines().collect();
         let width = lines[2].chars().count();
         assert_eq!(lines[2], "-".repeat(width), "{stdout}");
@@ -143,7 +98,10 @@ fn save_dir_log_and_quiet_run() {
     let Some(f) = fixture() else { return };
     let save = f.path("debug_result/nested");
     // Not verbose: nothing on stdout, the table in the log.
-    let out = f.run(&["-n", "weight", "-s", save.to_str().unwrap(), "-d", "2"]);
+    let out = sensitivity(
+        &f,
+        &["-n", "weight", "-s", save.to_str().unwrap(), "-d", "2"],
+    );
     assert_eq!(ok(&out), "");
     let log = std::fs::read_to_string(save.join("sensitivity_of_weight.log")).unwrap();
     assert!(log.lines().nth(1).unwrap().starts_with("weight"), "{log}");
@@ -164,15 +122,18 @@ fn save_dir_log_and_quiet_run() {
             "--verbose",
         ],
     ] {
-        let out = f.run(&[
-            flags[0],
-            flags[1],
-            flags[2],
-            save.to_str().unwrap(),
-            flags[3],
-            "2",
-            flags[4],
-        ]);
+        let out = sensitivity(
+            &f,
+            &[
+                flags[0],
+                flags[1],
+                flags[2],
+                save.to_str().unwrap(),
+                flags[3],
+                "2",
+                flags[4],
+            ],
+        );
         let stdout = ok(&out);
         let log = std::fs::read_to_string(save.join("sensitivity_of_activation.log")).unwrap();
         assert_eq!(stdout, log);
@@ -190,7 +151,7 @@ fn save_dir_log_and_quiet_run() {
         ["sensitivity_of_activation.log", "sensitivity_of_weight.log"]
     );
     // -v False is quiet too.
-    assert_eq!(ok(&f.run(&["-d", "1", "-v", "False"])), "");
+    assert_eq!(ok(&sensitivity(&f, &["-d", "1", "-v", "False"])), "");
 }
 
 #[test]
@@ -199,18 +160,21 @@ fn interested_nodes_output_node_and_threads() {
     let one = f.path("one.json");
     let two = f.path("two.json");
     for (threads, path) in [("1", &one), ("2", &two)] {
-        ok(&f.run(&[
-            "-i",
-            "[conv2d_1,['conv2d','conv2d_2']]",
-            "-o",
-            "[conv2d_3,conv2d_4]",
-            "-m",
-            "mse",
-            "--threads",
-            threads,
-            "--json",
-            path.to_str().unwrap(),
-        ]));
+        ok(&sensitivity(
+            &f,
+            &[
+                "-i",
+                "[conv2d_1,['conv2d','conv2d_2']]",
+                "-o",
+                "[conv2d_3,conv2d_4]",
+                "-m",
+                "mse",
+                "--threads",
+                threads,
+                "--json",
+                path.to_str().unwrap(),
+            ],
+        ));
     }
     let (a, b) = (std::fs::read(&one).unwrap(), std::fs::read(&two).unwrap());
     assert_eq!(a, b, "1 vs 2 threads");
@@ -227,18 +191,21 @@ fn interested_nodes_output_node_and_threads() {
     assert_eq!(result["metrics"], serde_json::json!(["mse"]));
     // A small cache changes nothing either.
     let small = f.path("small.json");
-    ok(&f.run(&[
-        "-i",
-        "[conv2d_1,['conv2d','conv2d_2']]",
-        "-o",
-        "[conv2d_3,conv2d_4]",
-        "-m",
-        "mse",
-        "--cache-mb",
-        "0",
-        "--json",
-        small.to_str().unwrap(),
-    ]));
+    ok(&sensitivity(
+        &f,
+        &[
+            "-i",
+            "[conv2d_1,['conv2d','conv2d_2']]",
+            "-o",
+            "[conv2d_3,conv2d_4]",
+            "-m",
+            "mse",
+            "--cache-mb",
+            "0",
+            "--json",
+            small.to_str().unwrap(),
+        ],
+    ));
     assert_eq!(std::fs::read(&small).unwrap(), a);
 }
 
@@ -300,7 +267,7 @@ fn argument_mistakes_exit_2_with_one_line_and_write_nothing() {
             all.extend(full.iter().map(|a| OsStr::new(*a)));
             bin(&all)
         } else {
-            f.run(&full)
+            sensitivity(&f, &full)
         };
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
