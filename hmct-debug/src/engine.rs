@@ -19,6 +19,15 @@
 //! is captured when it is needed, its probes are run, and the capture is dropped:
 //! at most one such transient capture (per base model) exists at a time, on top of
 //! the budget. Correctness never depends on the budget, only the work done.
+//!
+//! # Scores
+//! [`Engine::probe_scores`] compares probes with the float model on given values and
+//! remembers the figures (every metric, per probe, sample and value) for the engine's
+//! life. `runall` ranks activation nodes and then regular nodes, and most regular
+//! nodes read a single activation calibration node, so the second ranking is largely
+//! the first one's probes again; the sensitivity analysis then re-measures its picked
+//! nodes alone. A remembered figure is the figure a re-run would give (probes are
+//! bit-identical to full runs), so remembering changes the work, never the results.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -165,6 +174,20 @@ impl Probe {
         }
     }
 
+    /// The same text for probes that configure the same thing, whatever the order
+    /// of their overrides (a later override of a node wins, as in [`Probe::config`]).
+    fn canonical(&self) -> String {
+        let mut last: Vec<(usize, &Override)> = Vec::new();
+        for (c, o) in &self.overrides {
+            match last.iter_mut().find(|(l, _)| l == c) {
+                Some(entry) => entry.1 = o,
+                None => last.push((*c, o)),
+            }
+        }
+        last.sort_by_key(|(c, _)| *c);
+        format!("{:?} {last:?}", self.base)
+    }
+
     fn config(&self) -> Config {
         self.overrides
             .iter()
@@ -268,7 +291,15 @@ pub struct Engine {
     all_slots: Vec<Slot>,
     cache_bytes: Option<usize>,
     cache: Mutex<Cache>,
+    scores: Mutex<HashMap<ScoreKey, Scores>>,
 }
+
+/// Every metric ([`Metric::ALL`] order) of one value of one probe on one sample,
+/// against the float model.
+pub type Scores = [f64; Metric::ALL.len()];
+
+/// (probe in canonical form, sample, value).
+type ScoreKey = (String, usize, Slot);
 
 impl Engine {
     /// Plans `model` and opens the calibration-data folder `data_dir` against its
@@ -321,6 +352,7 @@ impl Engine {
             all_slots,
             cache_bytes: options.cache_bytes,
             cache: Mutex::new(Cache::default()),
+            scores: Mutex::new(HashMap::new()),
         })
     }
 
@@ -710,6 +742,87 @@ impl Engine {
             results[p][batch[b].sample] = Some(out);
         }
         Ok(timings)
+    }
+
+    /// Compares every probe with the float model on the `compared` values of samples
+    /// `0..samples`: `values[probe][sample][value]` holds every metric. Figures an
+    /// earlier call of this engine measured are reused (see "Scores" in the module
+    /// docs); probes that appear twice run once. Progress counts the tasks run.
+    pub fn probe_scores(
+        &self,
+        probes: &[Probe],
+        compared: &[Slot],
+        samples: usize,
+        progress: &(dyn Fn(usize, usize) + Sync),
+    ) -> Result<ProbeResults<Vec<Scores>>, EngineError> {
+        let keys: Vec<String> = probes.iter().map(Probe::canonical).collect();
+        let remembered =
+            |scores: &HashMap<ScoreKey, Scores>, key: &str| -> Option<Vec<Vec<Scores>>> {
+                (0..samples)
+                    .map(|s| {
+                        compared
+                            .iter()
+                            .map(|&slot| scores.get(&(key.to_string(), s, slot)).copied())
+                            .collect()
+                    })
+                    .collect()
+            };
+        let mut to_run: Vec<Probe> = Vec::new();
+        let mut run_keys: Vec<&str> = Vec::new();
+        {
+            let scores = self.lock_scores();
+            for (probe, key) in probes.iter().zip(&keys) {
+                if !run_keys.contains(&key.as_str()) && remembered(&scores, key).is_none() {
+                    to_run.push(probe.clone());
+                    run_keys.push(key);
+                }
+            }
+        }
+        let results = if to_run.is_empty() {
+            ProbeResults {
+                values: Vec::new(),
+                timings: Timings::default(),
+            }
+        } else {
+            self.run_probes(
+                &to_run,
+                compared,
+                samples,
+                |view| {
+                    compared
+                        .iter()
+                        .map(|&slot| {
+                            let x = view.float_value(slot)?;
+                            let y = view.value(slot)?;
+                            let all = compare(&x, &y, &Metric::ALL, self.value_name(slot))?;
+                            Ok(std::array::from_fn(|m| all[m]))
+                        })
+                        .collect::<Result<Vec<Scores>, EngineError>>()
+                },
+                progress,
+            )?
+        };
+        let mut scores = self.lock_scores();
+        for (key, per_sample) in run_keys.iter().zip(&results.values) {
+            for (s, per_value) in per_sample.iter().enumerate() {
+                for (&slot, &v) in compared.iter().zip(per_value) {
+                    scores.insert((key.to_string(), s, slot), v);
+                }
+            }
+        }
+        let values = keys
+            .iter()
+            .map(|key| remembered(&scores, key).expect("every probe was measured"))
+            .collect();
+        Ok(ProbeResults {
+            values,
+            timings: results.timings,
+        })
+    }
+
+    fn lock_scores(&self) -> std::sync::MutexGuard<'_, HashMap<ScoreKey, Scores>> {
+        // Inserts are single operations, so a poisoned map is still consistent.
+        self.scores.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The name of a slot.

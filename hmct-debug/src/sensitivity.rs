@@ -9,9 +9,10 @@
 //! metric ([`hmct_metrics::sort_worst_first`]; ties keep candidate order).
 //!
 //! Candidates that switch the same set of calibration nodes (two regular nodes
-//! reading one calibrated tensor, say) are run once and share their values.
+//! reading one calibrated tensor, say) are run once and share their values, and so
+//! do probes an earlier analysis on the same [`Engine`] ran
+//! ([`Engine::probe_scores`]).
 
-use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 
@@ -22,9 +23,7 @@ use hmct_metrics::{
 use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 
-use crate::engine::{
-    Engine, EngineError, NodeRef, Probe, Timings, close_matches, compare, quote_list,
-};
+use crate::engine::{Engine, EngineError, NodeRef, Probe, Timings, close_matches, quote_list};
 
 /// Which candidates to rank (`-n/--node_type`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -332,50 +331,23 @@ pub fn get_sensitivity_of_nodes(
         None => type_candidates(engine, options.node_type),
     };
 
-    let mut probe_of: HashMap<Vec<usize>, usize> = HashMap::new();
-    let mut probes: Vec<Probe> = Vec::new();
-    let candidate_probe: Vec<usize> = candidates
+    let probes: Vec<Probe> = candidates
         .iter()
-        .map(|c| {
-            let mut key = c.calibrations.clone();
-            key.sort_unstable();
-            *probe_of.entry(key).or_insert_with(|| {
-                probes.push(Probe::float_with_on(&c.calibrations));
-                probes.len() - 1
-            })
-        })
+        .map(|c| Probe::float_with_on(&c.calibrations))
         .collect();
-
     let metrics = &options.metrics;
-    let results = engine.run_probes(
-        &probes,
-        &compared,
-        samples,
-        |view| {
-            compared
-                .iter()
-                .map(|&slot| {
-                    let what = engine.value_name(slot);
-                    let x = view.float_value(slot)?;
-                    let y = view.value(slot)?;
-                    compare(&x, &y, metrics, what)
-                })
-                .collect::<Result<Vec<Vec<f64>>, EngineError>>()
-        },
-        progress,
-    )?;
+    let results = engine.probe_scores(&probes, &compared, samples, progress)?;
 
     let model = engine.model();
     let mut entries: Vec<Entry> = candidates
         .into_iter()
-        .zip(candidate_probe)
-        .map(|(c, p)| {
-            // per_sample[s][value][metric]
-            let per_sample = &results.values[p];
+        .zip(&results.values)
+        .map(|(c, per_sample)| {
+            // per_sample[s][value][metric in Metric::ALL order]
             let values = metrics
                 .iter()
-                .enumerate()
-                .map(|(mi, &m)| {
+                .map(|&m| {
+                    let mi = m.index();
                     let per_output: Vec<Vec<f64>> = (0..compared.len())
                         .map(|o| per_sample.iter().map(|s| s[o][mi]).collect())
                         .collect();

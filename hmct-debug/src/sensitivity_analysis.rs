@@ -32,7 +32,7 @@ use hmct_plot::{Baseline, Figure, Format, LineChart, LineKind, LineSeries, Marke
 use hmct_quant::{Base, Override};
 use serde::{Serialize, Serializer};
 
-use crate::engine::{Engine, EngineError, NodeRef, Probe, Timings, close_matches, compare};
+use crate::engine::{Engine, EngineError, NodeRef, Probe, Timings, close_matches};
 use crate::sensitivity::{SensitivityError, SensitivityOptions, get_sensitivity_of_nodes};
 
 /// What "de-quantized" means for the cumulative series (`-q`).
@@ -348,27 +348,18 @@ pub fn sensitivity_analysis(
 
     let probes = series_probes(engine, &picked, options.qtype)?;
     let compared = engine.model_output_slots();
-    let metric = [options.metric];
-    let results = engine.run_probes(
-        &probes,
-        &compared,
-        samples,
-        |view| {
-            compared
-                .iter()
-                .map(|&slot| {
-                    let x = view.float_value(slot)?;
-                    let y = view.value(slot)?;
-                    Ok(compare(&x, &y, &metric, engine.value_name(slot))?[0])
-                })
-                .collect::<Result<Vec<f64>, EngineError>>()
-        },
-        &|done, total| progress(Stage::Series, done, total),
-    )?;
+    let results = engine.probe_scores(&probes, &compared, samples, &|done, total| {
+        progress(Stage::Series, done, total)
+    })?;
     // values[probe][sample][output] → one figure per probe.
     let figure = |p: usize| {
         let per_output: Vec<Vec<f64>> = (0..compared.len())
-            .map(|o| results.values[p].iter().map(|s| s[o]).collect())
+            .map(|o| {
+                results.values[p]
+                    .iter()
+                    .map(|s| s[o][options.metric.index()])
+                    .collect()
+            })
             .collect();
         hmct_metrics::aggregate(&per_output)
     };

@@ -321,8 +321,16 @@ fn thread_count_and_cache_budget_change_nothing() {
         "partial cache"
     );
     assert_eq!(e.cached_bytes(), per_sample * 3);
-    // A second analysis on the same engine reuses the cached samples.
-    let again = run(&e, &options);
+    // A second analysis on the same engine reuses the cached samples (another node
+    // type: the same one again would reuse the remembered figures and run nothing).
+    let again = run(
+        &e,
+        &SensitivityOptions {
+            node_type: NodeType::Weight,
+            ..options.clone()
+        },
+    );
+    assert!(again.timings.tasks > 0);
     assert_eq!(again.timings.captures, 5);
 }
 
@@ -442,6 +450,65 @@ fn output_node_and_data_num() {
     let out = |n: &str| model.node(model.node_id(n).unwrap()).output[0].clone();
     assert_eq!(two.compared, [out("conv2d_7"), out("conv2d_5")]);
     assert_matches_reference(&two, &reference);
+}
+
+#[test]
+fn an_engine_reuses_the_probes_of_earlier_analyses() {
+    let Some((model, data)) = pnet() else {
+        eprintln!("skipped: ../shared/models not found");
+        return;
+    };
+    let activation = SensitivityOptions {
+        node_type: NodeType::Activation,
+        metrics: vec![Metric::Mse, Metric::CosineSimilarity],
+        data_num: Some(3),
+        ..SensitivityOptions::default()
+    };
+    // The regular nodes and, as one-name groups, the activation calibration nodes:
+    // the latter are the activation ranking's probes again.
+    let activations: Vec<String> = run(&engine(&model, &data, 1, None), &activation)
+        .entries
+        .iter()
+        .map(|e| e.name.clone())
+        .collect();
+    let regular: Vec<String> = hmct_ir::quantized_nodes(&model)
+        .iter()
+        .map(|&id| model.node_name(id).to_string())
+        .collect();
+    let mixed = SensitivityOptions {
+        interested_nodes: Some(
+            activations
+                .iter()
+                .chain(&regular)
+                .map(|n| vec![n.clone()])
+                .collect(),
+        ),
+        ..activation.clone()
+    };
+
+    let fresh_engine = engine(&model, &data, 2, None);
+    let fresh = run(&fresh_engine, &mixed);
+    assert_eq!(fresh.timings.tasks, (activations.len() + regular.len()) * 3);
+
+    let warm_engine = engine(&model, &data, 2, None);
+    run(&warm_engine, &activation);
+    let warm = run(&warm_engine, &mixed);
+    assert_eq!(warm.timings.tasks, regular.len() * 3);
+    // The same figures, bit for bit.
+    assert_eq!(
+        serde_json::to_string(&warm).unwrap(),
+        serde_json::to_string(&fresh).unwrap()
+    );
+    // More samples than were measured: every probe runs again.
+    let more = run(
+        &warm_engine,
+        &SensitivityOptions {
+            data_num: Some(4),
+            ..mixed.clone()
+        },
+    );
+    assert_eq!(more.data_num, 4);
+    assert_eq!(more.timings.tasks, (activations.len() + regular.len()) * 4);
 }
 
 #[test]

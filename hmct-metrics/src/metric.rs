@@ -25,6 +25,14 @@ pub enum Metric {
 }
 
 impl Metric {
+    /// The position of this metric in [`Metric::ALL`].
+    pub fn index(self) -> usize {
+        Metric::ALL
+            .iter()
+            .position(|&m| m == self)
+            .expect("ALL lists every metric")
+    }
+
     /// All metrics, in the order the tool's manual lists them.
     pub const ALL: [Metric; 5] = [
         Metric::CosineSimilarity,
