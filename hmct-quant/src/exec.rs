@@ -419,13 +419,41 @@ impl Session {
                 Ok(vec![input])
             }
             NodeOp::Kernel(kernel) => {
+                // An input the kernel may overwrite: read for the last time here, not
+                // kept, read once by this node, and held by no one else (captured values
+                // are shared with the capture, so they are never touched).
+                let owned = kernel.reusable_inputs().iter().find_map(|&j| {
+                    let s = node.inputs.get(j).copied().flatten()?;
+                    let free = last_use[s] == i
+                        && !keep[s]
+                        && plan.constants[s].is_none()
+                        && node.inputs.iter().flatten().filter(|&&t| t == s).count() == 1;
+                    if !free {
+                        return None;
+                    }
+                    match Arc::try_unwrap(values.slots[s].take()?) {
+                        Ok(t) => Some((j, t)),
+                        Err(shared) => {
+                            values.slots[s] = Some(shared);
+                            None
+                        }
+                    }
+                });
                 let inputs: Vec<Option<Arc<Tensor>>> = node
                     .inputs
                     .iter()
-                    .map(|s| s.map(|s| fetch(values, s)).transpose())
+                    .enumerate()
+                    .map(|(j, s)| match (s, &owned) {
+                        (Some(_), Some((o, _))) if *o == j => Ok(None),
+                        _ => s.map(|s| fetch(values, s)).transpose(),
+                    })
                     .collect::<Result<_, _>>()?;
                 let refs: Vec<Option<&Tensor>> = inputs.iter().map(|t| t.as_deref()).collect();
-                let out = kernel.run(&refs).map_err(node_err)?;
+                let out = match owned {
+                    Some((j, t)) => kernel.run_reusing(&refs, j, t),
+                    None => kernel.run(&refs),
+                }
+                .map_err(node_err)?;
                 if out.len() > node.outputs.len() {
                     return Err(node_err(OpError::invalid(
                         "kernel returned too many outputs",

@@ -115,6 +115,52 @@ fn real_models_match_onnxruntime() {
     assert!(worst_failures.is_empty(), "{worst_failures:#?}");
 }
 
+/// Kernels that write into an input's buffer (when the run does not keep it) give the
+/// same bits as when every value is kept, on every model's first sample.
+#[test]
+fn writing_into_inputs_changes_no_bit() {
+    let Some(root) = models_dir() else {
+        eprintln!("skipped: ../shared/models not found");
+        return;
+    };
+    for dir in std::fs::read_dir(&root)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+    {
+        if !dir.is_dir() {
+            continue;
+        }
+        let model = load_model(model_file(&dir)).unwrap();
+        let session = Session::new(plan_model(&model).unwrap(), 0).unwrap();
+        let data = Dataset::open(&dir.join("calibration_data"), &input_specs(&session)).unwrap();
+        let inputs = data.sample(0).unwrap();
+        let refs: Vec<(&str, Tensor)> = inputs
+            .iter()
+            .map(|(n, t)| (n.as_str(), t.clone()))
+            .collect();
+        let outputs = session.plan().outputs().to_vec();
+        let reused = session.run(&refs, &Config::float()).unwrap();
+        let kept = session
+            .run_from(
+                &session.bind_inputs(&refs).unwrap(),
+                None,
+                &Config::float(),
+                &outputs,
+                Capture::All,
+            )
+            .unwrap();
+        for (k, &s) in outputs.iter().enumerate() {
+            assert_eq!(
+                bits(&reused[k]),
+                bits(&session.value(&kept, s).unwrap()),
+                "{} output {k}",
+                dir.display()
+            );
+        }
+    }
+}
+
 /// Incremental runs from captured activations equal full runs bit for bit, for many
 /// configurations, and so do runs on 1 and 2 threads.
 #[test]

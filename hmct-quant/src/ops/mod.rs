@@ -81,6 +81,43 @@ impl NodeSpec<'_> {
 /// in a schedule-dependent order).
 pub trait Kernel: Send + Sync {
     fn run(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError>;
+
+    /// Inputs whose buffer the kernel can write its output into, in order of
+    /// preference: element-wise ops whose output may have that input's shape and type.
+    /// Writing in place saves a large allocation and a pass of memory traffic when the
+    /// executor owns an input that nothing reads afterwards.
+    fn reusable_inputs(&self) -> &[usize] {
+        &[]
+    }
+
+    /// Same outputs as [`Kernel::run`], with input `i` (one of
+    /// [`Kernel::reusable_inputs`]) handed over as `owned` and `None` in `inputs`.
+    /// The kernel writes into `owned` when shapes and types allow it, and otherwise
+    /// runs as usual.
+    fn run_reusing(
+        &self,
+        inputs: &[Option<&Tensor>],
+        i: usize,
+        owned: Tensor,
+    ) -> Result<Vec<Tensor>, OpError> {
+        run_not_reusing(self, inputs, i, owned)
+    }
+}
+
+/// [`Kernel::run`] with `owned` put back as input `i`; its buffer is recycled after.
+pub(crate) fn run_not_reusing<K: Kernel + ?Sized>(
+    kernel: &K,
+    inputs: &[Option<&Tensor>],
+    i: usize,
+    owned: Tensor,
+) -> Result<Vec<Tensor>, OpError> {
+    let mut all = inputs.to_vec();
+    if let Some(slot) = all.get_mut(i) {
+        *slot = Some(&owned);
+    }
+    let out = kernel.run(&all);
+    crate::buffers::give(owned);
+    out
 }
 
 impl<F> Kernel for F

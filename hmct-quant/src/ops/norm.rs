@@ -10,7 +10,7 @@ use num_traits::Float;
 use rayon::prelude::*;
 
 use super::conv::contiguous;
-use super::{Kernel, NodeSpec, OpError, input, normalize_axis};
+use super::{Kernel, NodeSpec, OpError, input, normalize_axis, run_not_reusing};
 
 pub(crate) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>> {
     let k: Result<Box<dyn Kernel>, OpError> = match spec.op_type {
@@ -186,26 +186,48 @@ impl BatchNorm {
     }
 }
 
+/// The per-channel parameters of BatchNormalization (scale, B, mean, var) for an
+/// input of shape `xs`.
+fn bn_params(inputs: &[Option<&Tensor>], xs: &[usize]) -> Result<[Vec<f64>; 4], OpError> {
+    if xs.len() < 2 {
+        return Err(OpError::invalid(format!("BatchNormalization input {xs:?}")));
+    }
+    let c = xs[1];
+    let p = [
+        params(input(inputs, 1)?, "scale")?,
+        params(input(inputs, 2)?, "B")?,
+        params(input(inputs, 3)?, "mean")?,
+        params(input(inputs, 4)?, "var")?,
+    ];
+    if p.iter().any(|v| v.len() != c) {
+        return Err(OpError::invalid(format!(
+            "BatchNormalization parameters do not have {c} values"
+        )));
+    }
+    Ok(p)
+}
+
+/// BatchNormalization as `x * a[c] + b[c]`.
+fn scale_shift(
+    scale: &[f64],
+    bias: &[f64],
+    mean: &[f64],
+    var: &[f64],
+    eps: f64,
+) -> (Vec<f64>, Vec<f64>) {
+    let a: Vec<f64> = (0..scale.len())
+        .map(|i| scale[i] / (var[i] + eps).sqrt())
+        .collect();
+    let b: Vec<f64> = (0..scale.len()).map(|i| bias[i] - mean[i] * a[i]).collect();
+    (a, b)
+}
+
 impl Kernel for BatchNorm {
     fn run(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
         let x = input(inputs, 0)?;
         let xs = x.shape().to_vec();
-        if xs.len() < 2 {
-            return Err(OpError::invalid(format!("BatchNormalization input {xs:?}")));
-        }
+        let [scale, bias, mean_in, var_in] = bn_params(inputs, &xs)?;
         let c = xs[1];
-        let scale = params(input(inputs, 1)?, "scale")?;
-        let bias = params(input(inputs, 2)?, "B")?;
-        let mean_in = params(input(inputs, 3)?, "mean")?;
-        let var_in = params(input(inputs, 4)?, "var")?;
-        if [scale.len(), bias.len(), mean_in.len(), var_in.len()]
-            .iter()
-            .any(|&l| l != c)
-        {
-            return Err(OpError::invalid(format!(
-                "BatchNormalization parameters do not have {c} values"
-            )));
-        }
         let inner: usize = xs[2..].iter().product();
         let eps = self.epsilon as f64;
         with_floats!(x, "BatchNormalization input", v => {
@@ -227,8 +249,7 @@ impl Kernel for BatchNorm {
             } else {
                 (mean_in.clone(), var_in.clone())
             };
-            let a: Vec<f64> = (0..c).map(|i| scale[i] / (var[i] + eps).sqrt()).collect();
-            let b: Vec<f64> = (0..c).map(|i| bias[i] - mean[i] * a[i]).collect();
+            let (a, b) = scale_shift(&scale, &bias, &mean, &var, eps);
             affine_planes(&mut v, inner, &a, &b);
             let mut outs = vec![rebuild(x, &xs, v)?];
             if self.training {
@@ -242,6 +263,29 @@ impl Kernel for BatchNorm {
             outs.truncate(self.num_outputs.max(1));
             Ok(outs)
         })
+    }
+
+    fn reusable_inputs(&self) -> &[usize] {
+        if self.training { &[] } else { &[0] }
+    }
+
+    /// Inference on f32: the same `x * a + b` as `run`, over the input's buffer.
+    fn run_reusing(
+        &self,
+        inputs: &[Option<&Tensor>],
+        i: usize,
+        mut owned: Tensor,
+    ) -> Result<Vec<Tensor>, OpError> {
+        if let (0, false, Tensor::F32(x)) = (i, self.training, &mut owned) {
+            let xs = x.shape().to_vec();
+            let [scale, bias, mean, var] = bn_params(inputs, &xs)?;
+            if let Some(v) = x.as_slice_mut() {
+                let (a, b) = scale_shift(&scale, &bias, &mean, &var, self.epsilon as f64);
+                affine_planes(v, xs[2..].iter().product(), &a, &b);
+                return Ok(vec![owned]);
+            }
+        }
+        run_not_reusing(self, inputs, i, owned)
     }
 }
 

@@ -4,9 +4,9 @@
 use hmct_tensor::Tensor;
 use hmct_tensor::ndarray::ArrayD;
 
-use super::broadcast::{binary, ternary, unary};
+use super::broadcast::{binary, binary_in_place, ternary, unary};
 use super::num::{Num, with_num, with_num2, with_same2};
-use crate::ops::{Kernel, NodeSpec, OpError, input};
+use crate::ops::{Kernel, NodeSpec, OpError, input, run_not_reusing};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Arith {
@@ -295,6 +295,53 @@ fn two(
     }))
 }
 
+/// Add, Sub, Mul and Div, which can also write into an input's buffer.
+struct ArithKernel {
+    op: Arith,
+    legacy_axis: Option<i64>,
+}
+
+impl Kernel for ArithKernel {
+    fn run(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
+        let (a, b) = (input(inputs, 0)?, input(inputs, 1)?);
+        Ok(vec![match self.legacy_axis {
+            Some(axis) => arith(self.op, a, &legacy_align(a, b, axis)?)?,
+            None => arith(self.op, a, b)?,
+        }])
+    }
+
+    fn reusable_inputs(&self) -> &[usize] {
+        if self.legacy_axis.is_none() {
+            &[0, 1]
+        } else {
+            &[]
+        }
+    }
+
+    fn run_reusing(
+        &self,
+        inputs: &[Option<&Tensor>],
+        i: usize,
+        mut owned: Tensor,
+    ) -> Result<Vec<Tensor>, OpError> {
+        let other = input(inputs, if i == 0 { 1 } else { 0 })?;
+        if let (Tensor::F32(d), Tensor::F32(o)) = (&mut owned, other) {
+            let a_first = i == 0;
+            let done = match self.op {
+                Arith::Add => binary_in_place(d, o, a_first, Num::add),
+                Arith::Sub => binary_in_place(d, o, a_first, Num::sub),
+                Arith::Mul => binary_in_place(d, o, a_first, Num::mul),
+                Arith::Div => binary_in_place(d, o, a_first, Num::div),
+                _ => false,
+            };
+            if done {
+                return Ok(vec![owned]);
+            }
+        }
+        run_not_reusing(self, inputs, i, owned)
+    }
+}
+
 pub(super) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>> {
     let op = spec.op_type;
     let arith_op = match op {
@@ -323,8 +370,8 @@ pub(super) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>>
         (true, Err(e), _) | (true, _, Err(e)) => return Some(Err(e)),
         _ => None,
     };
-    if let Some(a) = arith_op {
-        return Some(two(legacy_axis, move |x, y| arith(a, x, y)));
+    if let Some(op) = arith_op {
+        return Some(Ok(Box::new(ArithKernel { op, legacy_axis })));
     }
     if let Some(c) = cmp_op {
         return Some(two(legacy_axis, move |x, y| compare(c, x, y)));

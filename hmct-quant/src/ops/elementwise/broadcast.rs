@@ -74,6 +74,89 @@ where
     ArrayD::from_shape_vec(IxDyn(a.shape()), out).expect("same element count as the input")
 }
 
+/// `f` applied to every element of `data`, in place.
+pub(crate) fn unary_in_place<T, F>(data: &mut [T], f: F)
+where
+    T: Copy + Send,
+    F: Fn(T) -> T + Sync,
+{
+    for_chunks(data, CHUNK, data.len() >= PAR_MIN, &|_, piece| {
+        for v in piece.iter_mut() {
+            *v = f(*v);
+        }
+    });
+}
+
+/// `f(a, b)` with numpy broadcasting, written over `dst`, which holds `a` when
+/// `dst_is_a` and `b` otherwise. Gives the values of [`binary`]; returns false (and
+/// leaves `dst` alone) when `dst` does not have the broadcast shape or is not
+/// contiguous.
+pub(crate) fn binary_in_place<T, F>(
+    dst: &mut ArrayD<T>,
+    other: &ArrayD<T>,
+    dst_is_a: bool,
+    f: F,
+) -> bool
+where
+    T: Copy + Send + Sync,
+    F: Fn(T, T) -> T + Sync,
+{
+    if dst_is_a {
+        update(dst, other, |d, o| f(d, o))
+    } else {
+        update(dst, other, |d, o| f(o, d))
+    }
+}
+
+/// `dst = g(dst, other)` element-wise, `other` broadcast to `dst`'s shape.
+fn update<T, G>(dst: &mut ArrayD<T>, other: &ArrayD<T>, g: G) -> bool
+where
+    T: Copy + Send + Sync,
+    G: Fn(T, T) -> T + Sync,
+{
+    let shape = dst.shape().to_vec();
+    if broadcast_shapes(&shape, other.shape()).ok().as_deref() != Some(&shape[..]) {
+        return false;
+    }
+    let Some(d) = dst.as_slice_mut() else {
+        return false;
+    };
+    let n = d.len();
+    if n == 0 {
+        return true;
+    }
+    let o = contiguous(other);
+    if o.len() == n {
+        for_chunks(d, CHUNK, n >= PAR_MIN, &|off, piece| {
+            for (v, &y) in piece.iter_mut().zip(&o[off..]) {
+                *v = g(*v, y);
+            }
+        });
+        return true;
+    }
+    // `other` is smaller, so n > 1 and the walk has at least one dimension.
+    let walk = Walk::new(&shape, other.shape(), &shape);
+    let inner = *walk.dims.last().expect("n > 1 leaves a dimension");
+    let step = *walk.sb.last().expect("dims");
+    let rows_per_piece = (CHUNK / inner).max(1);
+    for_chunks(d, rows_per_piece * inner, n >= PAR_MIN, &|off, piece| {
+        for (r, row) in piece.chunks_mut(inner).enumerate() {
+            let (_, ob) = walk.offsets(off / inner + r);
+            if step == 1 {
+                for (v, &y) in row.iter_mut().zip(&o[ob..]) {
+                    *v = g(*v, y);
+                }
+            } else {
+                let y = o[ob];
+                for v in row.iter_mut() {
+                    *v = g(*v, y);
+                }
+            }
+        }
+    });
+    true
+}
+
 /// How a broadcast binary map walks its inputs: collapsed output dimensions and each
 /// input's element stride per dimension (0 where it is broadcast).
 struct Walk {
@@ -296,6 +379,39 @@ mod tests {
             assert_eq!(got, reference(&a, &b), "{sa:?} with {sb:?}");
             assert!(got.is_standard_layout());
         }
+    }
+
+    #[test]
+    fn in_place_matches_a_fresh_output() {
+        let cases: &[(&[usize], &[usize])] = &[
+            (&[2, 3, 4, 5], &[3, 1, 1]),
+            (&[2, 3, 4, 5], &[1, 3, 1, 5]),
+            (&[2, 3, 4, 5], &[2, 3, 4, 5]),
+            (&[3, 4], &[4]),
+            (&[3, 4], &[]),
+            (&[1], &[1]),
+            (&[4, 8, 64, 33], &[8, 1, 33]),
+        ];
+        let f = |x: f32, y: f32| x * 10.0 - y;
+        for (sa, sb) in cases {
+            let a = arr(sa, |i| (i as f32).sin());
+            let b = arr(sb, |i| (i as f32) * 0.5 - 1.0);
+            let mut d = a.clone();
+            assert!(binary_in_place(&mut d, &b, true, f), "{sa:?} with {sb:?}");
+            assert_eq!(d, binary(&a, &b, f).unwrap(), "{sa:?} with {sb:?}");
+            let mut d = a.clone();
+            assert!(binary_in_place(&mut d, &b, false, f), "{sb:?} with {sa:?}");
+            assert_eq!(d, binary(&b, &a, f).unwrap(), "{sb:?} with {sa:?}");
+        }
+    }
+
+    #[test]
+    fn in_place_refuses_a_destination_smaller_than_the_output() {
+        let a = arr(&[3, 1], |i| i as f32);
+        let b = arr(&[1, 4], |i| i as f32);
+        let mut d = a.clone();
+        assert!(!binary_in_place(&mut d, &b, true, |x, y| x + y));
+        assert_eq!(d, a);
     }
 
     #[test]
