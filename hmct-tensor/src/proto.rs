@@ -167,7 +167,7 @@ fn read_external(
     t: &TensorProto,
     base_dir: Option<&Path>,
     ctx: &str,
-) -> Result<Vec<u8>, TensorError> {
+) -> Result<ExternalBytes, TensorError> {
     let mut location = None;
     let mut offset = 0u64;
     let mut length = None;
@@ -236,10 +236,43 @@ fn read_external(
             ),
         ));
     }
-    f.seek(SeekFrom::Start(offset)).map_err(io)?;
-    let mut buf = vec![0u8; len as usize];
-    f.read_exact(&mut buf).map_err(io)?;
-    Ok(buf)
+    let len = usize::try_from(len)
+        .map_err(|_| TensorError::invalid(ctx, format!("external data length {len} is too big")))?;
+    if len < MAP_MIN_BYTES {
+        f.seek(SeekFrom::Start(offset)).map_err(io)?;
+        let mut buf = vec![0u8; len];
+        f.read_exact(&mut buf).map_err(io)?;
+        return Ok(ExternalBytes::Read(buf));
+    }
+    // SAFETY: the mapping is read-only and lives only while this tensor is decoded.
+    // Another process truncating the file meanwhile would fault the read, the risk
+    // every memory-mapping model loader (onnxruntime's too) takes for not holding a
+    // second copy of a multi-gigabyte weight file.
+    let map = unsafe { memmap2::MmapOptions::new().offset(offset).len(len).map(&f) }
+        .map_err(io)?;
+    Ok(ExternalBytes::Mapped(map))
+}
+
+/// External tensors at least this big are memory-mapped rather than read.
+const MAP_MIN_BYTES: usize = 1 << 20;
+
+/// The bytes of an external tensor. Big ones are the file's pages, mapped: decoding
+/// then copies them once into the tensor, instead of reading them into a buffer first
+/// (which for a large model doubles the peak memory of loading its weights).
+enum ExternalBytes {
+    Read(Vec<u8>),
+    Mapped(memmap2::Mmap),
+}
+
+impl std::ops::Deref for ExternalBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            ExternalBytes::Read(v) => v,
+            ExternalBytes::Mapped(m) => m,
+        }
+    }
 }
 
 /// Builds a tensor from little-endian bytes; the length must already be checked.
