@@ -84,13 +84,9 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
             return Err(if e.is_usage() { usage(e) } else { e.into() });
         }
     };
-    let written =
-        write_channelwise(&result, &args.save_dir, format).inspect_err(|_| folder.discard())?;
-    if let Some(path) = &args.json {
-        let mut json = serde_json::to_vec_pretty(&result)?;
-        json.push(b'\n');
-        hmct_ir::write_atomic(path, &json)?;
-    }
+    let written = folder.write_figures_and_json(args.json.as_deref(), &result, || {
+        write_channelwise(&result, &args.save_dir, format)
+    })?;
     for item in &result.items {
         writeln!(out, "{}", describe(item)).context("writing to stdout")?;
     }

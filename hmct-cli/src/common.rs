@@ -125,4 +125,42 @@ impl OutputFolder {
             let _ = std::fs::remove_dir(&self.path);
         }
     }
+
+    /// Writes an analysis' figures with `write_figures`, then `result` as JSON to
+    /// `json` if given, all or nothing: when the JSON cannot be written the figures
+    /// just written are removed again, and when either fails the folder goes too if
+    /// this command created it.
+    pub(crate) fn write_figures_and_json<T, E>(
+        &self,
+        json: Option<&Path>,
+        result: &T,
+        write_figures: impl FnOnce() -> std::result::Result<Vec<PathBuf>, E>,
+    ) -> Result<Vec<PathBuf>>
+    where
+        T: serde::Serialize,
+        E: Into<anyhow::Error>,
+    {
+        let json_bytes = match json {
+            Some(_) => {
+                let mut bytes = serde_json::to_vec_pretty(result)?;
+                bytes.push(b'\n');
+                Some(bytes)
+            }
+            None => None,
+        };
+        let written = write_figures().map_err(|e| {
+            self.discard();
+            e.into()
+        })?;
+        if let (Some(path), Some(bytes)) = (json, json_bytes) {
+            if let Err(e) = hmct_ir::write_atomic(path, &bytes) {
+                for figure in &written {
+                    let _ = std::fs::remove_file(figure);
+                }
+                self.discard();
+                return Err(e.into());
+            }
+        }
+        Ok(written)
+    }
 }

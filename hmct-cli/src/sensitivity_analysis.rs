@@ -139,18 +139,9 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
             return Err(if e.is_usage() { usage(e) } else { e.into() });
         }
     };
-    let written = match write_partial_quantization(&result, &args.save_dir) {
-        Ok(w) => w,
-        Err(e) => {
-            folder.discard();
-            return Err(e.into());
-        }
-    };
-    if let Some(path) = &args.json {
-        let mut json = serde_json::to_vec_pretty(&result)?;
-        json.push(b'\n');
-        hmct_ir::write_atomic(path, &json)?;
-    }
+    let written = folder.write_figures_and_json(args.json.as_deref(), &result, || {
+        write_partial_quantization(&result, &args.save_dir)
+    })?;
     out.write_all(series_table(&result).render().as_bytes())
         .context("writing to stdout")?;
     for path in written {

@@ -935,3 +935,58 @@ fn a_full_disk_is_an_error_and_leaves_no_temporary_file() {
         assert_eq!(listing(out.path()), ["full"], "{context}");
     }
 }
+
+/// The plotting commands write their figures, then `--json`: when the JSON cannot be
+/// written (a full disk), the figures go again and so does the folder they made.
+#[test]
+fn a_json_that_cannot_be_written_takes_the_figures_with_it() {
+    use std::os::unix::fs::FileTypeExt;
+    if !std::fs::metadata("/dev/full").is_ok_and(|m| m.file_type().is_char_device()) {
+        eprintln!("note: skipping (no /dev/full device)");
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let full = out.path().join("full");
+    std::os::unix::fs::symlink("/dev/full", &full).unwrap();
+    let m = calibrated();
+    let d = good_data();
+    let figures = out.path().join("figures");
+    // (command, its save-folder flag, its other arguments)
+    let cases: Vec<(&str, &str, Vec<OsString>)> = vec![
+        (
+            "plot-distribution",
+            "-s",
+            os(&[&"plot-distribution", &m, &d, &"-n", &"[stem_conv]"]),
+        ),
+        (
+            "get-channelwise-data-distribution",
+            "-s",
+            os(&[
+                &"get-channelwise-data-distribution",
+                &m,
+                &d,
+                &"-n",
+                &"[down_conv.weight_HzCalibration]",
+            ]),
+        ),
+        (
+            "plot-acc-error",
+            "-s",
+            os(&[&"plot-acc-error", &m, &d, &"-q", &"[down_conv]"]),
+        ),
+        (
+            "sensitivity-analysis",
+            "-sd",
+            os(&[&"sensitivity-analysis", &m, &d, &"-sn", &"[down_conv]"]),
+        ),
+    ];
+    for (label, save_flag, mut args) in cases {
+        args.extend(os(&[&save_flag, &figures, &"--json", &full]));
+        let r = run(&args);
+        let context = format!("{label}: status {:?}, stderr: {}", r.code, r.stderr);
+        assert_eq!(r.code, Some(RUNTIME), "{context}");
+        assert_eq!(r.stderr.lines().count(), 1, "{context}");
+        assert!(r.stderr.contains("No space left on device"), "{context}");
+        assert_eq!(listing(out.path()), ["full"], "{context}");
+    }
+}
