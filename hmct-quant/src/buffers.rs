@@ -66,7 +66,15 @@ pub(crate) fn take_filled<T: Copy + Default + 'static>(n: usize, value: T) -> Ve
     v
 }
 
-fn give_vec(v: Vec<f32>) {
+/// Hands a buffer that is no longer needed to this thread's pool (f32 only; other
+/// types are freed).
+pub(crate) fn give_vec<T: 'static>(v: Vec<T>) {
+    if let Ok(v) = (Box::new(v) as Box<dyn Any>).downcast::<Vec<f32>>() {
+        give_f32(*v);
+    }
+}
+
+fn give_f32(v: Vec<f32>) {
     if v.len() < MIN_LEN {
         return;
     }
@@ -87,7 +95,7 @@ pub(crate) fn give(t: Tensor) {
     {
         let (v, offset) = a.into_raw_vec_and_offset();
         if offset.is_none_or(|o| o == 0) {
-            give_vec(v);
+            give_f32(v);
         }
     }
 }

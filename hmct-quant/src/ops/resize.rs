@@ -461,8 +461,26 @@ fn resize_axis<T: Sample>(
     // Every element is written below.
     let mut y: Vec<T> = crate::buffers::take(outer * out_w * inner);
     let ext = T::from_f64(extrapolation);
+    // Nearest taps on the last axis as plain source indices: a gather without a match
+    // per element.
+    let nearest: Option<Vec<usize>> = if inner == 1 {
+        taps.iter()
+            .map(|t| match t {
+                Taps::One(i) => Some(*i),
+                _ => None,
+            })
+            .collect()
+    } else {
+        None
+    };
     let block = |(o, yo): (usize, &mut [T])| {
         let xo = &x[o * in_w * inner..][..in_w * inner];
+        if let Some(idx) = &nearest {
+            for (v, &i) in yo.iter_mut().zip(idx) {
+                *v = xo[i];
+            }
+            return;
+        }
         if inner == 1 {
             // Resizing the last axis: one element per tap, no row copies.
             for (v, t) in yo.iter_mut().zip(taps) {
@@ -499,13 +517,15 @@ fn resize_axis<T: Sample>(
 impl ResizeKernel {
     fn resize<T: Sample>(
         &self,
-        x: Vec<T>,
+        x: &[T],
         xs: &[usize],
         out: &[usize],
         scales: &[f64],
         roi: &[(f64, f64)],
     ) -> Vec<T> {
-        let mut data = x;
+        // The input is read in place by the first axis resized; each later axis reads
+        // the previous one's result, whose buffer then goes back to the pool.
+        let mut data: Option<Vec<T>> = None;
         let mut shape = xs.to_vec();
         for ax in (0..xs.len()).rev() {
             let unchanged =
@@ -516,15 +536,18 @@ impl ResizeKernel {
             let taps = self.axis_taps(xs[ax], out[ax], scales[ax], roi[ax]);
             let outer: usize = shape[..ax].iter().product();
             let inner: usize = shape[ax + 1..].iter().product();
-            if xs[ax] == 0 {
-                shape[ax] = out[ax];
-                data = vec![T::from_f64(0.0); shape.iter().product()];
-                continue;
-            }
-            data = resize_axis(&data, outer, xs[ax], inner, &taps, self.extrapolation);
             shape[ax] = out[ax];
+            let next = if xs[ax] == 0 {
+                vec![T::from_f64(0.0); shape.iter().product()]
+            } else {
+                let src = data.as_deref().unwrap_or(x);
+                resize_axis(src, outer, xs[ax], inner, &taps, self.extrapolation)
+            };
+            if let Some(old) = data.replace(next) {
+                crate::buffers::give_vec(old);
+            }
         }
-        data
+        data.unwrap_or_else(|| x.to_vec())
     }
 }
 
@@ -540,32 +563,32 @@ impl Kernel for ResizeKernel {
         let y = match x {
             Tensor::F32(a) => Tensor::F32(shaped(
                 &out,
-                self.resize(contiguous(a).into_owned(), &xs, &out, &scales, &roi),
+                self.resize(&contiguous(a), &xs, &out, &scales, &roi),
             )?),
             Tensor::F64(a) => Tensor::F64(shaped(
                 &out,
-                self.resize(contiguous(a).into_owned(), &xs, &out, &scales, &roi),
+                self.resize(&contiguous(a), &xs, &out, &scales, &roi),
             )?),
             Tensor::F16(a) => {
                 let v: Vec<f32> = a.iter().map(|v| v.to_f32()).collect();
-                let r = self.resize(v, &xs, &out, &scales, &roi);
+                let r = self.resize(&v, &xs, &out, &scales, &roi);
                 Tensor::F16(shaped(&out, r.into_iter().map(f16::from_f32).collect())?)
             }
             Tensor::U8(a) => Tensor::U8(shaped(
                 &out,
-                self.resize(contiguous(a).into_owned(), &xs, &out, &scales, &roi),
+                self.resize(&contiguous(a), &xs, &out, &scales, &roi),
             )?),
             Tensor::I8(a) => Tensor::I8(shaped(
                 &out,
-                self.resize(contiguous(a).into_owned(), &xs, &out, &scales, &roi),
+                self.resize(&contiguous(a), &xs, &out, &scales, &roi),
             )?),
             Tensor::I32(a) => Tensor::I32(shaped(
                 &out,
-                self.resize(contiguous(a).into_owned(), &xs, &out, &scales, &roi),
+                self.resize(&contiguous(a), &xs, &out, &scales, &roi),
             )?),
             Tensor::I64(a) => Tensor::I64(shaped(
                 &out,
-                self.resize(contiguous(a).into_owned(), &xs, &out, &scales, &roi),
+                self.resize(&contiguous(a), &xs, &out, &scales, &roi),
             )?),
             other => return Err(OpError::unsupported(format!("Resize on {}", other.dtype()))),
         };
