@@ -149,12 +149,54 @@ fn concat_typed<T: TensorElem>(
     }))
 }
 
+/// Concat of f32 tensors in standard layout as block copies into a recycled buffer
+/// (ndarray's concatenate walks elements into fresh pages); `None` when the inputs
+/// do not all fit that case, for the general path to handle or reject.
+fn concat_f32(all: &[&Tensor], axis: usize) -> Option<Tensor> {
+    let arrays: Vec<&[f32]> = all
+        .iter()
+        .map(|t| t.as_f32().and_then(|a| a.as_slice()))
+        .collect::<Option<_>>()?;
+    let first = all.first()?.shape();
+    if axis >= first.len() {
+        return None;
+    }
+    let same_but_axis = |s: &[usize]| {
+        s.len() == first.len()
+            && s.iter()
+                .zip(first)
+                .enumerate()
+                .all(|(d, (a, b))| d == axis || a == b)
+    };
+    if !all.iter().all(|t| same_but_axis(t.shape())) {
+        return None;
+    }
+    let outer: usize = first[..axis].iter().product();
+    let inner: usize = first[axis + 1..].iter().product();
+    let mut shape = first.to_vec();
+    shape[axis] = all.iter().map(|t| t.shape()[axis]).sum();
+    // Every element is written: each outer index takes one block from every input.
+    let mut out = crate::buffers::take::<f32>(shape.iter().product());
+    let mut at = 0;
+    for o in 0..outer {
+        for (t, a) in all.iter().zip(&arrays) {
+            let len = t.shape()[axis] * inner;
+            out[at..at + len].copy_from_slice(&a[o * len..][..len]);
+            at += len;
+        }
+    }
+    array(&shape, out).ok().map(Tensor::F32)
+}
+
 fn concat(inputs: &[Option<&Tensor>], axis: i64) -> Result<Tensor, OpError> {
     let all: Vec<&Tensor> = inputs.iter().flatten().copied().collect();
     let first = *all
         .first()
         .ok_or_else(|| OpError::invalid("Concat without inputs"))?;
     let ax = normalize_axis(axis, first.shape().len())?;
+    if let Some(t) = concat_f32(&all, ax) {
+        return Ok(t);
+    }
     map_tensor!(first, a => concat_typed(a, &all, ax))
 }
 
