@@ -8,11 +8,9 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use hmct_ir::testing::build::{float_value, model, node};
 use hmct_proto::Message;
-use hmct_proto::onnx::{
-    GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto, TypeProto,
-    ValueInfoProto, tensor_shape_proto, type_proto,
-};
+use hmct_proto::onnx::NodeProto;
 use hmct_tensor::Tensor;
 
 const USAGE: i32 = 2;
@@ -246,51 +244,15 @@ fn commands_reading_data(
         .collect()
 }
 
-fn value_info(name: &str) -> ValueInfoProto {
-    let dims = [1, 3, 32, 32].map(|d| tensor_shape_proto::Dimension {
-        value: Some(tensor_shape_proto::dimension::Value::DimValue(d)),
-        ..Default::default()
-    });
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(1),
-                shape: Some(TensorShapeProto { dim: dims.to_vec() }),
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn node(name: &str, op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
-    NodeProto {
-        name: Some(name.into()),
-        op_type: Some(op.into()),
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: outputs.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    }
-}
-
 /// A well-formed message around `nodes`: opset 17, float [1,3,32,32] values.
 fn model_bytes(inputs: &[&str], nodes: Vec<NodeProto>, outputs: &[&str]) -> Vec<u8> {
-    ModelProto {
-        ir_version: Some(8),
-        opset_import: vec![OperatorSetIdProto {
-            domain: Some(String::new()),
-            version: Some(17),
-        }],
-        graph: Some(GraphProto {
-            name: Some("g".into()),
-            node: nodes,
-            input: inputs.iter().map(|n| value_info(n)).collect(),
-            output: outputs.iter().map(|n| value_info(n)).collect(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    let value = |n: &&str| float_value(n, &[1, 3, 32, 32]);
+    model(
+        inputs.iter().map(value).collect(),
+        nodes,
+        Vec::new(),
+        outputs.iter().map(value).collect(),
+    )
     .encode_to_vec()
 }
 

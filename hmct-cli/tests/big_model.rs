@@ -13,11 +13,10 @@ use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 
+use hmct_ir::testing::build::{self, float_value, node};
 use hmct_proto::Message;
 use hmct_proto::onnx::{
-    GraphProto, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto, TensorProto,
-    TensorShapeProto, TypeProto, ValueInfoProto, tensor_proto::DataLocation,
-    tensor_shape_proto::Dimension, type_proto,
+    ModelProto, StringStringEntryProto, TensorProto, tensor_proto::DataLocation,
 };
 use hmct_tensor::Tensor;
 use hmct_tensor::ndarray::{ArrayD, IxDyn};
@@ -32,53 +31,13 @@ fn weight(k: usize, n: usize) -> f32 {
     ((k * 7 + n * 13) % 17) as f32 / 8.0 - 1.0
 }
 
-fn value_info(name: &str, dims: &[i64]) -> ValueInfoProto {
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(1),
-                shape: Some(TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&d| Dimension {
-                            value: Some(
-                                hmct_proto::onnx::tensor_shape_proto::dimension::Value::DimValue(d),
-                            ),
-                            ..Dimension::default()
-                        })
-                        .collect(),
-                }),
-            })),
-            ..TypeProto::default()
-        }),
-        ..ValueInfoProto::default()
-    }
-}
-
 fn model(weight: TensorProto) -> ModelProto {
-    ModelProto {
-        ir_version: Some(8),
-        opset_import: vec![OperatorSetIdProto {
-            domain: Some(String::new()),
-            version: Some(13),
-        }],
-        graph: Some(GraphProto {
-            name: Some("big".into()),
-            node: vec![NodeProto {
-                name: Some("matmul".into()),
-                op_type: Some("MatMul".into()),
-                input: vec!["x".into(), "w".into()],
-                output: vec!["y".into()],
-                ..NodeProto::default()
-            }],
-            initializer: vec![weight],
-            input: vec![value_info("x", &[1, K as i64])],
-            output: vec![value_info("y", &[1, N as i64])],
-            ..GraphProto::default()
-        }),
-        ..ModelProto::default()
-    }
+    build::model(
+        vec![float_value("x", &[1, K as i64])],
+        vec![node("matmul", "MatMul", &["x", "w"], &["y"])],
+        vec![weight],
+        vec![float_value("y", &[1, N as i64])],
+    )
 }
 
 fn weight_proto() -> TensorProto {

@@ -4,71 +4,26 @@
 use std::path::Path;
 use std::process::Command;
 
-use hmct_proto::onnx::{
-    GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto,
-    TypeProto, ValueInfoProto, tensor_shape_proto::Dimension, tensor_shape_proto::dimension,
-    type_proto,
-};
-
-fn value(name: &str) -> ValueInfoProto {
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(1),
-                shape: Some(TensorShapeProto {
-                    dim: [1, 4]
-                        .iter()
-                        .map(|&d| Dimension {
-                            value: Some(dimension::Value::DimValue(d)),
-                            ..Default::default()
-                        })
-                        .collect(),
-                }),
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn node(op: &str, inputs: &[&str], output: &str) -> NodeProto {
-    NodeProto {
-        name: Some(output.into()),
-        op_type: Some(op.into()),
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: vec![output.into()],
-        ..Default::default()
-    }
-}
+use hmct_ir::testing::build::{float_value, model, node};
+use hmct_proto::onnx::TensorProto;
 
 /// y = Log(x * x - 1): NaN wherever |x| < 1.
 fn write_model(path: &Path) {
-    let proto = ModelProto {
-        ir_version: Some(8),
-        opset_import: vec![OperatorSetIdProto {
-            domain: Some(String::new()),
-            version: Some(17),
-        }],
-        graph: Some(GraphProto {
-            name: Some("log".into()),
-            node: vec![
-                node("Mul", &["x", "x"], "square"),
-                node("Sub", &["square", "one"], "shifted"),
-                node("Log", &["shifted"], "y"),
-            ],
-            initializer: vec![TensorProto {
-                name: Some("one".into()),
-                data_type: Some(1),
-                float_data: vec![1.0],
-                ..Default::default()
-            }],
-            input: vec![value("x")],
-            output: vec![value("y")],
+    let proto = model(
+        vec![float_value("x", &[1, 4])],
+        vec![
+            node("square", "Mul", &["x", "x"], &["square"]),
+            node("shifted", "Sub", &["square", "one"], &["shifted"]),
+            node("y", "Log", &["shifted"], &["y"]),
+        ],
+        vec![TensorProto {
+            name: Some("one".into()),
+            data_type: Some(1),
+            float_data: vec![1.0],
             ..Default::default()
-        }),
-        ..Default::default()
-    };
+        }],
+        vec![float_value("y", &[1, 4])],
+    );
     let model = hmct_ir::Model::from_proto(proto, None).unwrap();
     hmct_ir::save_model(&model, path).unwrap();
 }

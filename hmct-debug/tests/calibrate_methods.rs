@@ -7,10 +7,10 @@ use hmct_debug::calibrate::{
     AbsHistogram, CalibrateError, CalibrateOptions, Method, calibrate_samples, kl_threshold,
     max_abs, mse_threshold, percentile_threshold,
 };
+use hmct_ir::testing::build::{self, float_value, named_value, node};
 use hmct_ir::{Model, QType};
 use hmct_proto::onnx::{
-    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TypeProto,
-    ValueInfoProto, attribute_proto::AttributeType, tensor_shape_proto, type_proto,
+    AttributeProto, NodeProto, TensorProto, ValueInfoProto, attribute_proto::AttributeType,
 };
 use hmct_tensor::Tensor;
 
@@ -140,67 +140,14 @@ fn uniform_data_is_not_cut_by_mse() {
 
 // ---- end to end, through a model ----
 
-fn float_value(name: &str, dims: &[i64]) -> ValueInfoProto {
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(1),
-                shape: Some(hmct_proto::onnx::TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&d| tensor_shape_proto::Dimension {
-                            value: Some(tensor_shape_proto::dimension::Value::DimValue(d)),
-                            ..Default::default()
-                        })
-                        .collect(),
-                }),
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn node(name: &str, op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
-    NodeProto {
-        name: Some(name.into()),
-        op_type: Some(op.into()),
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: outputs.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    }
-}
-
 fn model(
     inputs: Vec<ValueInfoProto>,
     nodes: Vec<NodeProto>,
     inits: Vec<TensorProto>,
     outputs: &[&str],
 ) -> Model {
-    let proto = ModelProto {
-        ir_version: Some(8),
-        opset_import: vec![OperatorSetIdProto {
-            domain: Some(String::new()),
-            version: Some(17),
-        }],
-        graph: Some(GraphProto {
-            name: Some("g".into()),
-            node: nodes,
-            initializer: inits,
-            input: inputs,
-            output: outputs
-                .iter()
-                .map(|o| ValueInfoProto {
-                    name: Some(o.to_string()),
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    Model::from_proto(proto, None).unwrap()
+    let outputs = outputs.iter().map(|o| named_value(o)).collect();
+    Model::from_proto(build::model(inputs, nodes, inits, outputs), None).unwrap()
 }
 
 /// x → Sigmoid: the graph input is the only tensor to calibrate.

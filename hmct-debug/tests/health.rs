@@ -8,65 +8,18 @@ use hmct_debug::engine::{Engine, EngineOptions};
 use hmct_debug::health::{
     Check, Finding, HealthReport, Severity, check_all, check_data, check_model,
 };
+use hmct_ir::testing::build::{float_value, model, named_value, node};
 use hmct_ir::{CalibrationInsert, CalibrationSpec, Model, QType, TensorType};
-use hmct_proto::onnx::{
-    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TypeProto,
-    ValueInfoProto, tensor_shape_proto, type_proto,
-};
+use hmct_proto::onnx::{AttributeProto, NodeProto, TensorProto};
 use hmct_tensor::{Tensor, tensor_to_proto, write_npy};
 
-fn float_value(name: &str, dims: &[i64]) -> ValueInfoProto {
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(1),
-                shape: Some(hmct_proto::onnx::TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&d| tensor_shape_proto::Dimension {
-                            value: Some(tensor_shape_proto::dimension::Value::DimValue(d)),
-                            ..Default::default()
-                        })
-                        .collect(),
-                }),
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn node(name: &str, op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
-    NodeProto {
-        name: Some(name.into()),
-        op_type: Some(op.into()),
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: outputs.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    }
-}
-
 fn build(nodes: Vec<NodeProto>, inits: Vec<TensorProto>, output: &str) -> Model {
-    let proto = ModelProto {
-        ir_version: Some(8),
-        opset_import: vec![OperatorSetIdProto {
-            domain: Some(String::new()),
-            version: Some(17),
-        }],
-        graph: Some(GraphProto {
-            name: Some("g".into()),
-            node: nodes,
-            initializer: inits,
-            input: vec![float_value("x", &[1, 2, 3, 3])],
-            output: vec![ValueInfoProto {
-                name: Some(output.into()),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
+    let proto = model(
+        vec![float_value("x", &[1, 2, 3, 3])],
+        nodes,
+        inits,
+        vec![named_value(output)],
+    );
     Model::from_proto(proto, None).unwrap()
 }
 

@@ -132,3 +132,78 @@ fn free_name(model: &Model, base: &str) -> String {
         })
         .expect("an unbounded sequence has a free name")
 }
+
+/// Small models written out in tests without the protobuf boilerplate: float values,
+/// nodes, and a model at opset 17 around them.
+pub mod build {
+    use hmct_proto::onnx::{
+        GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto,
+        TypeProto, ValueInfoProto, tensor_shape_proto, type_proto,
+    };
+
+    /// A node of the default domain.
+    pub fn node(name: &str, op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
+        NodeProto {
+            name: Some(name.into()),
+            op_type: Some(op.into()),
+            input: inputs.iter().map(|s| s.to_string()).collect(),
+            output: outputs.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    /// A float tensor value of fixed shape.
+    pub fn float_value(name: &str, dims: &[i64]) -> ValueInfoProto {
+        let dim = dims
+            .iter()
+            .map(|&d| tensor_shape_proto::Dimension {
+                value: Some(tensor_shape_proto::dimension::Value::DimValue(d)),
+                ..Default::default()
+            })
+            .collect();
+        ValueInfoProto {
+            name: Some(name.into()),
+            r#type: Some(TypeProto {
+                value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                    elem_type: Some(1),
+                    shape: Some(TensorShapeProto { dim }),
+                })),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// A value known by name only (a graph output whose type the planner works out).
+    pub fn named_value(name: &str) -> ValueInfoProto {
+        ValueInfoProto {
+            name: Some(name.into()),
+            ..Default::default()
+        }
+    }
+
+    /// A model (IR version 8, default domain at opset 17) with one graph.
+    pub fn model(
+        inputs: Vec<ValueInfoProto>,
+        nodes: Vec<NodeProto>,
+        initializers: Vec<TensorProto>,
+        outputs: Vec<ValueInfoProto>,
+    ) -> ModelProto {
+        ModelProto {
+            ir_version: Some(8),
+            opset_import: vec![OperatorSetIdProto {
+                domain: Some(String::new()),
+                version: Some(17),
+            }],
+            graph: Some(GraphProto {
+                name: Some("g".into()),
+                node: nodes,
+                initializer: initializers,
+                input: inputs,
+                output: outputs,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+}
