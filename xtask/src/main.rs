@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
 mod bench_ort;
@@ -46,7 +46,10 @@ fn repo_root() -> PathBuf {
 fn shared_models(root: &Path) -> Result<Vec<PathBuf>> {
     let dir = root.join("../shared/models");
     let mut models = Vec::new();
-    for e in std::fs::read_dir(&dir)?.flatten() {
+    let entries =
+        std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?;
+    // Each model has a folder; files beside them (README.md) are not models.
+    for e in entries.flatten().filter(|e| e.path().is_dir()) {
         if let Some(m) = std::fs::read_dir(e.path())?
             .flatten()
             .map(|f| f.path())
