@@ -26,7 +26,7 @@ use hmct_plot::{Baseline, Figure, Format, LineChart, LineSeries, Marker, Rgb};
 use hmct_quant::{Base, Override};
 use serde::Serialize;
 
-use crate::engine::{Engine, EngineError, NodeRef, Probe, Timings, compare};
+use crate::engine::{Engine, EngineError, NodeRef, Probe, Timings};
 use crate::sensitivity::{SensitivityError, SensitivityOptions, get_sensitivity_of_nodes};
 use crate::sensitivity_analysis::{DequantQType, json};
 
@@ -411,7 +411,6 @@ pub fn mixed_precision(
         step_changed.push(changed);
     }
 
-    let metric = [options.metric];
     let batch = options.batch.max(1);
     let total_steps = max_steps + 1;
     let mut values: Vec<f64> = Vec::new();
@@ -427,26 +426,16 @@ pub fn mixed_precision(
                 overrides: o.clone(),
             })
             .collect();
-        let results = engine.run_probes(
-            &probes,
-            &compared,
-            samples,
-            |view| {
-                compared
-                    .iter()
-                    .map(|&slot| {
-                        let x = view.float_value(slot)?;
-                        let y = view.value(slot)?;
-                        Ok(compare(&x, &y, &metric, engine.value_name(slot))?[0])
-                    })
-                    .collect::<Result<Vec<f64>, EngineError>>()
-            },
-            &|_, _| {},
-        )?;
+        let results = engine.probe_scores(&probes, &compared, samples, &|_, _| {})?;
         add_timings(&mut timings, &results.timings);
         for per_sample in &results.values {
             let per_output: Vec<Vec<f64>> = (0..compared.len())
-                .map(|o| per_sample.iter().map(|s| s[o]).collect())
+                .map(|o| {
+                    per_sample
+                        .iter()
+                        .map(|s| s[o][options.metric.index()])
+                        .collect()
+                })
                 .collect();
             let v = hmct_metrics::aggregate(&per_output);
             if reached_at.is_none() && meets(options.metric, v, options.target) {
