@@ -253,7 +253,8 @@ pub struct Timings {
 }
 
 impl Timings {
-    fn add(&mut self, other: &Timings) {
+    /// Adds the times and counts of `other` (a later call) to these.
+    pub fn add(&mut self, other: &Timings) {
         self.capture += other.capture;
         self.probes += other.probes;
         self.probe_runs += other.probe_runs;
@@ -818,6 +819,109 @@ impl Engine {
             values,
             timings: results.timings,
         })
+    }
+
+    /// Like [`Engine::probe_scores`] for a series in which every step's configuration
+    /// extends the one before (the cumulative de-quantization of the sensitivity
+    /// analysis). Each sample runs the steps in order, each from the values of the
+    /// step before (the first from the capture of the steps' base model), so a step
+    /// re-runs only what lies downstream of what *it* adds, not of everything switched
+    /// so far. Results are those of independent probes, bit for bit. Samples run in
+    /// parallel (and segments of a chain, when there are fewer samples than
+    /// threads); progress counts steps done over all samples.
+    pub fn chain_scores(
+        &self,
+        steps: &[Probe],
+        compared: &[Slot],
+        samples: usize,
+        progress: &(dyn Fn(usize, usize) + Sync),
+    ) -> Result<ProbeResults<Vec<Scores>>, EngineError> {
+        let Some(base) = steps.first().map(|p| p.base) else {
+            return Ok(ProbeResults {
+                values: Vec::new(),
+                timings: Timings::default(),
+            });
+        };
+        if steps.iter().any(|p| p.base != base) {
+            // Steps from different models do not extend each other.
+            return self.probe_scores(steps, compared, samples, progress);
+        }
+        let total = steps.len() * samples;
+        let done = AtomicUsize::new(0);
+        let start = Instant::now();
+        // With fewer samples than threads, each sample's chain is cut into segments
+        // that run in parallel; a segment's first step starts from the base capture.
+        let segments = self
+            .threads()
+            .div_ceil(samples.max(1))
+            .clamp(1, steps.len());
+        let bounds: Vec<(usize, usize)> = (0..segments)
+            .map(|g| (g * steps.len() / segments, (g + 1) * steps.len() / segments))
+            .collect();
+        let tasks: Vec<(usize, (usize, usize))> = (0..samples)
+            .flat_map(|s| bounds.iter().map(move |&b| (s, b)))
+            .collect();
+        let outcomes: Vec<(Vec<Vec<Scores>>, Duration)> = self.session.install(|| {
+            tasks
+                .par_iter()
+                .map(|&(sample, (first, end))| {
+                    let float = self.capture(sample, Base::Float)?;
+                    let mut known = self.capture(sample, base)?;
+                    let mut known_config = base_config(base);
+                    let mut scores = Vec::with_capacity(end - first);
+                    let mut runs = Duration::ZERO;
+                    for step in &steps[first..end] {
+                        let config = step.config();
+                        let t0 = Instant::now();
+                        let values = self.session.run_from(
+                            &known,
+                            Some(&known_config),
+                            &config,
+                            &self.all_slots,
+                            Capture::All,
+                        )?;
+                        runs += t0.elapsed();
+                        let row = compared
+                            .iter()
+                            .map(|&slot| {
+                                let x = self.session.value(&float, slot)?;
+                                let y = self.session.value(&values, slot)?;
+                                let all = compare(&x, &y, &Metric::ALL, self.value_name(slot))?;
+                                Ok(std::array::from_fn(|m| all[m]))
+                            })
+                            .collect::<Result<Vec<Scores>, EngineError>>()?;
+                        scores.push(row);
+                        known = Arc::new(values);
+                        known_config = config;
+                        progress(done.fetch_add(1, Ordering::Relaxed) + 1, total);
+                    }
+                    Ok((scores, runs))
+                })
+                .collect::<Result<Vec<_>, EngineError>>()
+        })?;
+        let mut timings = Timings {
+            probes: start.elapsed(),
+            tasks: total,
+            ..Timings::default()
+        };
+        // Tasks are in sample order, each sample's segments in step order.
+        let mut values: Vec<Vec<Vec<Scores>>> = vec![Vec::with_capacity(samples); steps.len()];
+        for (&(_, (first, _)), (scores, runs)) in tasks.iter().zip(outcomes) {
+            timings.probe_runs += runs;
+            for (i, row) in scores.into_iter().enumerate() {
+                values[first + i].push(row);
+            }
+        }
+        let mut memo = self.lock_scores();
+        for (step, per_sample) in steps.iter().zip(&values) {
+            let key = step.canonical();
+            for (s, per_value) in per_sample.iter().enumerate() {
+                for (&slot, &v) in compared.iter().zip(per_value) {
+                    memo.insert((key.clone(), s, slot), v);
+                }
+            }
+        }
+        Ok(ProbeResults { values, timings })
     }
 
     fn lock_scores(&self) -> std::sync::MutexGuard<'_, HashMap<ScoreKey, Scores>> {

@@ -427,7 +427,7 @@ pub fn mixed_precision(
             })
             .collect();
         let results = engine.probe_scores(&probes, &compared, samples, &|_, _| {})?;
-        add_timings(&mut timings, &results.timings);
+        timings.add(&results.timings);
         for per_sample in &results.values {
             let per_output: Vec<Vec<f64>> = (0..compared.len())
                 .map(|o| {
@@ -491,15 +491,6 @@ pub fn mixed_precision(
         chosen,
         timings,
     })
-}
-
-fn add_timings(total: &mut Timings, more: &Timings) {
-    total.capture += more.capture;
-    total.probes += more.probes;
-    total.probe_runs += more.probe_runs;
-    total.reduce += more.reduce;
-    total.tasks += more.tasks;
-    total.captures += more.captures;
 }
 
 /// `model` (the calibrated model searched) with the chosen step's nodes promoted.
