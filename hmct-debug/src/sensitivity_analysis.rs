@@ -25,7 +25,6 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hmct_ir::QType;
 use hmct_metrics::Metric;
@@ -349,20 +348,9 @@ pub fn sensitivity_analysis(
 
     let probes = series_probes(engine, &picked, options.qtype)?;
     let compared = engine.model_output_slots();
-    // The cumulative steps each extend the one before: run as one chain per sample.
-    let (independent, cumulative) = probes.split_at(2 + picked.len());
-    let stage_total = probes.len() * samples;
-    let first_done = AtomicUsize::new(0);
-    let mut results = engine.probe_scores(independent, &compared, samples, &|done, _| {
-        first_done.store(done, Ordering::Relaxed);
-        progress(Stage::Series, done, stage_total)
+    let results = engine.probe_scores(&probes, &compared, samples, &|done, total| {
+        progress(Stage::Series, done, total)
     })?;
-    let offset = first_done.load(Ordering::Relaxed);
-    let chained = engine.chain_scores(cumulative, &compared, samples, &|done, _| {
-        progress(Stage::Series, offset + done, stage_total)
-    })?;
-    results.values.extend(chained.values);
-    results.timings.add(&chained.timings);
     // values[probe][sample][output] → one figure per probe.
     let figure = |p: usize| {
         let per_output: Vec<Vec<f64>> = (0..compared.len())

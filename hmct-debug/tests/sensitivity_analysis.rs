@@ -425,37 +425,3 @@ fn argument_errors() {
     .unwrap_err();
     assert!(err.is_usage(), "{err}");
 }
-
-/// The cumulative series runs as a chain per sample, cut into parallel segments when
-/// there are fewer samples than threads: every cut gives the full runs' values.
-#[test]
-fn cumulative_chains_cut_into_segments_match_full_runs() {
-    let Some((model, data)) = pnet() else { return };
-    let names: Vec<String> = hmct_ir::quantized_nodes(&model)
-        .into_iter()
-        .map(|id| model.node_name(id).to_string())
-        .collect();
-    assert!(names.len() >= 4);
-    let options = SensitivityAnalysisOptions {
-        sensitive_nodes: names.clone(),
-        data_num: Some(1),
-        ..Default::default()
-    };
-    let mut seen = Vec::new();
-    // 1 thread: one chain; 3 and 4: that many segments.
-    for threads in [1, 3, 4] {
-        let engine = Engine::new(
-            model.clone(),
-            &data,
-            &EngineOptions {
-                threads,
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        let result = analyse(&engine, &options);
-        Reference::new(&model, &data).check(&result, 1, DequantQType::Float32);
-        seen.push(serde_json::to_string(&result).unwrap());
-    }
-    assert!(seen.windows(2).all(|w| w[0] == w[1]));
-}
