@@ -152,14 +152,14 @@ impl OutputFolder {
             self.discard();
             e.into()
         })?;
-        if let (Some(path), Some(bytes)) = (json, json_bytes) {
-            if let Err(e) = hmct_ir::write_atomic(path, &bytes) {
-                for figure in &written {
-                    let _ = std::fs::remove_file(figure);
-                }
-                self.discard();
-                return Err(e.into());
+        if let (Some(path), Some(bytes)) = (json, json_bytes)
+            && let Err(e) = hmct_ir::write_atomic(path, &bytes)
+        {
+            for figure in &written {
+                let _ = std::fs::remove_file(figure);
             }
+            self.discard();
+            return Err(e.into());
         }
         Ok(written)
     }
