@@ -248,8 +248,7 @@ fn read_external(
     // Another process truncating the file meanwhile would fault the read, the risk
     // every memory-mapping model loader (onnxruntime's too) takes for not holding a
     // second copy of a multi-gigabyte weight file.
-    let map = unsafe { memmap2::MmapOptions::new().offset(offset).len(len).map(&f) }
-        .map_err(io)?;
+    let map = unsafe { memmap2::MmapOptions::new().offset(offset).len(len).map(&f) }.map_err(io)?;
     Ok(ExternalBytes::Mapped(map))
 }
 

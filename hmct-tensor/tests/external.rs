@@ -61,9 +61,19 @@ fn small_and_mapped_tensors_read_back_at_unaligned_offsets() {
 
     let t = external("small", &[10, 100], "w.bin", small_at, 4000);
     assert_eq!(read(&t, dir.path()), small);
-    let t = external("big", &[3, 1 << 18], "w.bin", big_at, (big.len() * 4) as u64);
+    let t = external(
+        "big",
+        &[3, 1 << 18],
+        "w.bin",
+        big_at,
+        (big.len() * 4) as u64,
+    );
     let got = read(&t, dir.path());
-    assert!(got.iter().zip(&big).all(|(a, b)| a.to_bits() == b.to_bits()));
+    assert!(
+        got.iter()
+            .zip(&big)
+            .all(|(a, b)| a.to_bits() == b.to_bits())
+    );
     assert_eq!(got.len(), big.len());
 }
 
@@ -74,10 +84,14 @@ fn a_mapped_range_past_the_end_of_the_file_is_an_error() {
     std::fs::write(dir.path().join("w.bin"), le_bytes(&big)).unwrap();
     // One float more than the file holds.
     let t = external("big", &[(1 << 18) + 1], "w.bin", 0, ((1 << 18) + 1) * 4);
-    let err = tensor_from_proto(&t, Some(dir.path())).unwrap_err().to_string();
+    let err = tensor_from_proto(&t, Some(dir.path()))
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("exceeds file size"), "{err}");
     // The right length at an offset that pushes it past the end.
     let t = external("big", &[1 << 18], "w.bin", 4, (1 << 18) * 4);
-    let err = tensor_from_proto(&t, Some(dir.path())).unwrap_err().to_string();
+    let err = tensor_from_proto(&t, Some(dir.path()))
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("exceeds file size"), "{err}");
 }

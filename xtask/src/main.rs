@@ -46,8 +46,7 @@ fn repo_root() -> PathBuf {
 fn shared_models(root: &Path) -> Result<Vec<PathBuf>> {
     let dir = root.join("../shared/models");
     let mut models = Vec::new();
-    let entries =
-        std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?;
+    let entries = std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?;
     // Each model has a folder; files beside them (README.md) are not models.
     for e in entries.flatten().filter(|e| e.path().is_dir()) {
         if let Some(m) = std::fs::read_dir(e.path())?
