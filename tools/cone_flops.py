@@ -132,6 +132,22 @@ def main():
         print(f"{name:10s} {len(cones):4d} probes: {w / 1e9:8.1f} GFLOP per sample, "
               f"mean cone {w / max(len(cones), 1) / full:.0%} of a full run, "
               f"best ratio to full runs {len(cones) * full / max(w, 1):.2f}x")
+        if name == "node":
+            # Which operators that arithmetic is spent in, and the nodes nearly
+            # every probe re-runs.
+            op_of = {n.name: ("HzCalibration" if n.name in calibrations else n.op_type)
+                     for n in g.node}
+            by_op = collections.Counter()
+            reach = collections.Counter()
+            for c in cones:
+                for x in c:
+                    by_op[op_of[x]] += flops[x]
+                    reach[x] += 1
+            shares = ", ".join(f"{op} {f / w:.0%}" for op, f in by_op.most_common(6))
+            print(f"{'':16s}by operator: {shares}")
+            common = [x for x, k in reach.items() if k >= 0.8 * len(cones)]
+            print(f"{'':16s}{len(common)} nodes are in at least 80% of the cones, "
+                  f"{sum(flops[x] for x in common) / full:.0%} of a full run's arithmetic")
         if args.gflops_peak:
             total = w * args.samples / 1e9
             print(f"{'':16s}{args.samples} samples: {total:.0f} GFLOP, at least "
