@@ -141,10 +141,10 @@ pub mod build {
         TypeProto, ValueInfoProto, tensor_shape_proto, type_proto,
     };
 
-    /// A node of the default domain.
+    /// A node of the default domain; an empty `name` leaves it unnamed.
     pub fn node(name: &str, op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
         NodeProto {
-            name: Some(name.into()),
+            name: (!name.is_empty()).then(|| name.to_string()),
             op_type: Some(op.into()),
             input: inputs.iter().map(|s| s.to_string()).collect(),
             output: outputs.iter().map(|s| s.to_string()).collect(),

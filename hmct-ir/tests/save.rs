@@ -159,10 +159,10 @@ fn constants_and_value_types() {
     assert!(m.value_type("z").is_none(), "declared without a type");
 }
 
-#[test]
-fn external_data_is_read_from_the_model_folder() {
+/// Two floats `w`, stored in `weights.bin` beside the model.
+fn external_w() -> hmct_proto::onnx::TensorProto {
     use hmct_proto::onnx::{StringStringEntryProto, TensorProto};
-    let w = TensorProto {
+    TensorProto {
         name: Some("w".into()),
         dims: vec![2],
         data_type: Some(1),
@@ -172,7 +172,12 @@ fn external_data_is_read_from_the_model_folder() {
             value: Some("weights.bin".into()),
         }],
         ..Default::default()
-    };
+    }
+}
+
+#[test]
+fn external_data_is_read_from_the_model_folder() {
+    let w = external_w();
     let p = model(
         &["x"],
         vec![w],
@@ -225,18 +230,7 @@ fn absurd_shapes_are_errors() {
 /// reads back the same values, with the data in the side file and not the message.
 #[test]
 fn external_data_follows_the_model_and_large_initializers_can_go_external() {
-    use hmct_proto::onnx::{StringStringEntryProto, TensorProto};
-    let w = TensorProto {
-        name: Some("w".into()),
-        dims: vec![2],
-        data_type: Some(1),
-        data_location: Some(1),
-        external_data: vec![StringStringEntryProto {
-            key: Some("location".into()),
-            value: Some("weights.bin".into()),
-        }],
-        ..Default::default()
-    };
+    let w = external_w();
     let big: Vec<f32> = (0..1000).map(|k| k as f32 * 0.25 - 7.0).collect();
     let b = common::f32_init("b", &[1000], big.clone());
     let p = model(

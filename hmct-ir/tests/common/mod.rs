@@ -1,21 +1,12 @@
 //! Small hand-built models for the tests.
 #![allow(dead_code)]
 
+pub use hmct_ir::testing::build::{float_value as float_input, named_value as value, node};
 use hmct_ir::{CalibrationSpec, QType, TensorType};
 use hmct_proto::onnx::{
-    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TypeProto,
-    ValueInfoProto, attribute_proto::AttributeType, tensor_shape_proto, type_proto,
+    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
+    attribute_proto::AttributeType,
 };
-
-pub fn node(name: &str, op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
-    NodeProto {
-        name: (!name.is_empty()).then(|| name.to_string()),
-        op_type: Some(op.to_string()),
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: outputs.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    }
-}
 
 /// A per-tensor int8 activation calibration node `name` reading `input`.
 pub fn calib(name: &str, input: &str, output: &str) -> NodeProto {
@@ -33,35 +24,6 @@ pub fn calib(name: &str, input: &str, output: &str) -> NodeProto {
     }
     .to_node()
     .unwrap()
-}
-
-pub fn float_input(name: &str, dims: &[i64]) -> ValueInfoProto {
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(1),
-                shape: Some(hmct_proto::onnx::TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&d| tensor_shape_proto::Dimension {
-                            value: Some(tensor_shape_proto::dimension::Value::DimValue(d)),
-                            ..Default::default()
-                        })
-                        .collect(),
-                }),
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-pub fn value(name: &str) -> ValueInfoProto {
-    ValueInfoProto {
-        name: Some(name.into()),
-        ..Default::default()
-    }
 }
 
 pub fn f32_init(name: &str, dims: &[i64], data: Vec<f32>) -> TensorProto {
