@@ -14,14 +14,12 @@ use hmct_debug::engine::{Engine, EngineOptions};
 use hmct_debug::sensitivity::{
     NodeType, Sensitivity, SensitivityOptions, get_sensitivity_of_nodes,
 };
+use hmct_ir::testing::build::{float_value, model, node};
 use hmct_ir::{
     Model, QType, QdqOptions, export_qdq, load_model, load_model_from_bytes, model_to_bytes,
 };
 use hmct_proto::Message;
-use hmct_proto::onnx::{
-    GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TypeProto, ValueInfoProto,
-    type_proto,
-};
+use hmct_proto::onnx::{NodeProto, TensorProto};
 use hmct_quant::{Config, FakeQuant, Session, fake_quant_for, plan_model};
 use hmct_tensor::{Tensor, read_npy};
 
@@ -264,73 +262,31 @@ fn summary_and_sensitivity_run_on_a_qdq_file() {
     }
 }
 
-fn float_value(name: &str, dims: &[i64]) -> ValueInfoProto {
-    use hmct_proto::onnx::{TensorShapeProto, tensor_shape_proto};
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(1),
-                shape: Some(TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&d| tensor_shape_proto::Dimension {
-                            value: Some(tensor_shape_proto::dimension::Value::DimValue(d)),
-                            ..Default::default()
-                        })
-                        .collect(),
-                }),
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
 /// A model `x → nodes → y` with a scale `s` and an int8 zero point `z`.
 fn bad_model(dir: &Path, file: &str, nodes: Vec<NodeProto>) -> PathBuf {
-    let proto = ModelProto {
-        ir_version: Some(8),
-        opset_import: vec![OperatorSetIdProto {
-            domain: Some(String::new()),
-            version: Some(17),
-        }],
-        graph: Some(GraphProto {
-            name: Some("g".into()),
-            node: nodes,
-            initializer: vec![
-                TensorProto {
-                    name: Some("s".into()),
-                    data_type: Some(1),
-                    float_data: vec![0.1],
-                    ..Default::default()
-                },
-                TensorProto {
-                    name: Some("z".into()),
-                    data_type: Some(3),
-                    int32_data: vec![0],
-                    ..Default::default()
-                },
-            ],
-            input: vec![float_value("x", &[1, 4])],
-            output: vec![float_value("y", &[1, 4])],
+    let initializers = vec![
+        TensorProto {
+            name: Some("s".into()),
+            data_type: Some(1),
+            float_data: vec![0.1],
             ..Default::default()
-        }),
-        ..Default::default()
-    };
+        },
+        TensorProto {
+            name: Some("z".into()),
+            data_type: Some(3),
+            int32_data: vec![0],
+            ..Default::default()
+        },
+    ];
+    let proto = model(
+        vec![float_value("x", &[1, 4])],
+        nodes,
+        initializers,
+        vec![float_value("y", &[1, 4])],
+    );
     let path = dir.join(file);
     std::fs::write(&path, proto.encode_to_vec()).unwrap();
     path
-}
-
-fn node(name: &str, op: &str, inputs: &[&str], output: &str) -> NodeProto {
-    NodeProto {
-        name: Some(name.into()),
-        op_type: Some(op.into()),
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: vec![output.into()],
-        ..Default::default()
-    }
 }
 
 #[test]
@@ -340,24 +296,24 @@ fn bad_qdq_models_fail_with_one_line_naming_the_node() {
         dir.path(),
         "computed.onnx",
         vec![
-            node("q", "QuantizeLinear", &["x", "s", "z"], "xq"),
-            node("dq", "DequantizeLinear", &["xq", "s", "z"], "xd"),
-            node("relu", "Relu", &["xd"], "r"),
-            node("dq_relu", "DequantizeLinear", &["r", "s", "z"], "y"),
+            node("q", "QuantizeLinear", &["x", "s", "z"], &["xq"]),
+            node("dq", "DequantizeLinear", &["xq", "s", "z"], &["xd"]),
+            node("relu", "Relu", &["xd"], &["r"]),
+            node("dq_relu", "DequantizeLinear", &["r", "s", "z"], &["y"]),
         ],
     );
     let qlinear = bad_model(
         dir.path(),
         "qlinear.onnx",
         vec![
-            node("q", "QuantizeLinear", &["x", "s", "z"], "xq"),
+            node("q", "QuantizeLinear", &["x", "s", "z"], &["xq"]),
             node(
                 "qconv",
                 "QLinearConv",
                 &["xq", "s", "z", "xq", "s", "z", "s", "z"],
-                "yq",
+                &["yq"],
             ),
-            node("dq", "DequantizeLinear", &["yq", "s", "z"], "y"),
+            node("dq", "DequantizeLinear", &["yq", "s", "z"], &["y"]),
         ],
     );
     for (model, needle) in [
