@@ -157,26 +157,25 @@ fn save_dir_log_and_quiet_run() {
 #[test]
 fn interested_nodes_output_node_and_threads() {
     let Some(f) = fixture() else { return };
+    // The same analysis, then a setting that must not change its bytes.
+    let run = |setting: &[&str], path: &std::path::Path| {
+        let mut args = vec![
+            "-i",
+            "[conv2d_1,['conv2d','conv2d_2']]",
+            "-o",
+            "[conv2d_3,conv2d_4]",
+            "-m",
+            "mse",
+            "--json",
+            path.to_str().unwrap(),
+        ];
+        args.extend_from_slice(setting);
+        ok(&sensitivity(&f, &args));
+        std::fs::read(path).unwrap()
+    };
     let one = f.path("one.json");
-    let two = f.path("two.json");
-    for (threads, path) in [("1", &one), ("2", &two)] {
-        ok(&sensitivity(
-            &f,
-            &[
-                "-i",
-                "[conv2d_1,['conv2d','conv2d_2']]",
-                "-o",
-                "[conv2d_3,conv2d_4]",
-                "-m",
-                "mse",
-                "--threads",
-                threads,
-                "--json",
-                path.to_str().unwrap(),
-            ],
-        ));
-    }
-    let (a, b) = (std::fs::read(&one).unwrap(), std::fs::read(&two).unwrap());
+    let a = run(&["--threads", "1"], &one);
+    let b = run(&["--threads", "2"], &f.path("two.json"));
     assert_eq!(a, b, "1 vs 2 threads");
     let result = json(&one);
     let mut names: Vec<&str> = result["entries"]
@@ -190,23 +189,7 @@ fn interested_nodes_output_node_and_threads() {
     assert_eq!(result["compared"].as_array().unwrap().len(), 2);
     assert_eq!(result["metrics"], serde_json::json!(["mse"]));
     // A small cache changes nothing either.
-    let small = f.path("small.json");
-    ok(&sensitivity(
-        &f,
-        &[
-            "-i",
-            "[conv2d_1,['conv2d','conv2d_2']]",
-            "-o",
-            "[conv2d_3,conv2d_4]",
-            "-m",
-            "mse",
-            "--cache-mb",
-            "0",
-            "--json",
-            small.to_str().unwrap(),
-        ],
-    ));
-    assert_eq!(std::fs::read(&small).unwrap(), a);
+    assert_eq!(run(&["--cache-mb", "0"], &f.path("small.json")), a);
 }
 
 /// Each mistake: exit status 2, one line on stderr naming the problem, nothing on
