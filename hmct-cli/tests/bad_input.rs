@@ -832,21 +832,34 @@ fn a_read_only_output_folder_is_an_error() {
     failures.assert_none();
 }
 
-/// A full disk for the commands that write one file, through a link to `/dev/full`
-/// (so that a writer renaming over its target replaces the link, not the device).
 #[cfg(target_os = "linux")]
-#[test]
-fn a_full_disk_is_an_error_and_leaves_no_temporary_file() {
+fn is_full_device() -> bool {
     use std::os::unix::fs::FileTypeExt;
-    let is_full_device =
-        || std::fs::metadata("/dev/full").is_ok_and(|m| m.file_type().is_char_device());
+    std::fs::metadata("/dev/full").is_ok_and(|m| m.file_type().is_char_device())
+}
+
+/// A temporary folder holding `full`, a link to `/dev/full` (so that a writer
+/// renaming over its target replaces the link, not the device); `None` with a note
+/// where there is no such device.
+#[cfg(target_os = "linux")]
+fn full_disk() -> Option<(tempfile::TempDir, PathBuf)> {
     if !is_full_device() {
         eprintln!("note: skipping the full-disk cases (no /dev/full device)");
-        return;
+        return None;
     }
     let out = tempfile::tempdir().unwrap();
     let full = out.path().join("full");
     std::os::unix::fs::symlink("/dev/full", &full).unwrap();
+    Some((out, full))
+}
+
+/// A full disk for the commands that write one file.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_full_disk_is_an_error_and_leaves_no_temporary_file() {
+    let Some((out, full)) = full_disk() else {
+        return;
+    };
     let m = calibrated();
     let d = good_data();
     let cases: Vec<(&str, Vec<OsString>)> = vec![
@@ -900,16 +913,12 @@ fn a_full_disk_is_an_error_and_leaves_no_temporary_file() {
 
 /// The plotting commands write their figures, then `--json`: when the JSON cannot be
 /// written (a full disk), the figures go again and so does the folder they made.
+#[cfg(target_os = "linux")]
 #[test]
 fn a_json_that_cannot_be_written_takes_the_figures_with_it() {
-    use std::os::unix::fs::FileTypeExt;
-    if !std::fs::metadata("/dev/full").is_ok_and(|m| m.file_type().is_char_device()) {
-        eprintln!("note: skipping (no /dev/full device)");
+    let Some((out, full)) = full_disk() else {
         return;
-    }
-    let out = tempfile::tempdir().unwrap();
-    let full = out.path().join("full");
-    std::os::unix::fs::symlink("/dev/full", &full).unwrap();
+    };
     let m = calibrated();
     let d = good_data();
     let figures = out.path().join("figures");
