@@ -292,15 +292,15 @@ pub struct Engine {
     all_slots: Vec<Slot>,
     cache_bytes: Option<usize>,
     cache: Mutex<Cache>,
-    scores: Mutex<HashMap<ScoreKey, Scores>>,
+    scores: Mutex<Scoreboard>,
 }
 
 /// Every metric ([`Metric::ALL`] order) of one value of one probe on one sample,
 /// against the float model.
 pub type Scores = [f64; Metric::ALL.len()];
 
-/// (probe in canonical form, sample, value).
-type ScoreKey = (String, usize, Slot);
+/// Probe in canonical form → (sample, value) → figures.
+type Scoreboard = HashMap<String, HashMap<(usize, Slot), Scores>>;
 
 impl Engine {
     /// Plans `model` and opens the calibration-data folder `data_dir` against its
@@ -757,17 +757,17 @@ impl Engine {
         progress: &(dyn Fn(usize, usize) + Sync),
     ) -> Result<ProbeResults<Vec<Scores>>, EngineError> {
         let keys: Vec<String> = probes.iter().map(Probe::canonical).collect();
-        let remembered =
-            |scores: &HashMap<ScoreKey, Scores>, key: &str| -> Option<Vec<Vec<Scores>>> {
-                (0..samples)
-                    .map(|s| {
-                        compared
-                            .iter()
-                            .map(|&slot| scores.get(&(key.to_string(), s, slot)).copied())
-                            .collect()
-                    })
-                    .collect()
-            };
+        let remembered = |scores: &Scoreboard, key: &str| -> Option<Vec<Vec<Scores>>> {
+            let known = scores.get(key)?;
+            (0..samples)
+                .map(|s| {
+                    compared
+                        .iter()
+                        .map(|&slot| known.get(&(s, slot)).copied())
+                        .collect()
+                })
+                .collect()
+        };
         let mut to_run: Vec<Probe> = Vec::new();
         let mut run_keys: Vec<&str> = Vec::new();
         {
@@ -805,9 +805,10 @@ impl Engine {
         };
         let mut scores = self.lock_scores();
         for (key, per_sample) in run_keys.iter().zip(&results.values) {
+            let known = scores.entry(key.to_string()).or_default();
             for (s, per_value) in per_sample.iter().enumerate() {
                 for (&slot, &v) in compared.iter().zip(per_value) {
-                    scores.insert((key.to_string(), s, slot), v);
+                    known.insert((s, slot), v);
                 }
             }
         }
@@ -821,7 +822,7 @@ impl Engine {
         })
     }
 
-    fn lock_scores(&self) -> std::sync::MutexGuard<'_, HashMap<ScoreKey, Scores>> {
+    fn lock_scores(&self) -> std::sync::MutexGuard<'_, Scoreboard> {
         // Inserts are single operations, so a poisoned map is still consistent.
         self.scores.lock().unwrap_or_else(|e| e.into_inner())
     }
