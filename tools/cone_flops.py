@@ -10,10 +10,11 @@ read off. It is arithmetic, not a timing: docs/performance.md uses it.
 
 Pinned: onnx==1.23.2 (tools/requirements.txt). Usage:
     python tools/cone_flops.py MODEL [--input-shape 1,3,640,640] [--samples 8]
-        [--gflops-peak 157]
+        [--gflops-peak 157] [--series DIR/sensitivity_analysis/partial_quantization.json]
 """
 import argparse
 import collections
+import json
 
 import numpy as np
 import onnx
@@ -28,6 +29,9 @@ def main():
     ap.add_argument("--samples", type=int, default=8)
     ap.add_argument("--gflops-peak", type=float, default=None,
                     help="machine peak GFLOP/s, to print the least time")
+    ap.add_argument("--series", default=None,
+                    help="a sensitivity analysis' partial_quantization.json: count its "
+                         "cumulative de-quantization probes too")
     args = ap.parse_args()
 
     m = onnx.load(args.model)
@@ -145,9 +149,28 @@ def main():
                     reach[x] += 1
             shares = ", ".join(f"{op} {f / w:.0%}" for op, f in by_op.most_common(6))
             print(f"{'':16s}by operator: {shares}")
+            # runall ranks activation nodes first; a regular node whose probe switches
+            # one calibration node alone is measured there already.
+            fresh = [cone([by_name[x] for x in s]) for s in node_sets if len(s) > 1]
+            print(f"{'':16s}{len(fresh)} probes switch more than one calibration node: "
+                  f"{work(fresh) / 1e9:.1f} GFLOP per sample")
             common = [x for x, k in reach.items() if k >= 0.8 * len(cones)]
             print(f"{'':16s}{len(common)} nodes are in at least 80% of the cones, "
                   f"{sum(flops[x] for x in common) / full:.0%} of a full run's arithmetic")
+        if args.gflops_peak:
+            total = w * args.samples / 1e9
+            print(f"{'':16s}{args.samples} samples: {total:.0f} GFLOP, at least "
+                  f"{total / args.gflops_peak:.0f} s at {args.gflops_peak:.0f} GFLOP/s")
+    if args.series:
+        # Step k switches the first k picked nodes: its cone is downstream of all of them.
+        with open(args.series) as f:
+            picked = json.load(f)["nodes"]
+        switched, w = [], 0
+        for node in picked:
+            switched += [by_name[c] for c in node["calibrations"]]
+            w += sum(flops[x] for x in cone(switched))
+        print(f"cumulative {len(picked):4d} probes: {w / 1e9:8.1f} GFLOP per sample, "
+              f"mean cone {w / max(len(picked), 1) / full:.0%} of a full run")
         if args.gflops_peak:
             total = w * args.samples / 1e9
             print(f"{'':16s}{args.samples} samples: {total:.0f} GFLOP, at least "
