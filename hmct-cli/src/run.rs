@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use hmct_quant::{Config, Session, plan_model};
+use hmct_quant::{Config, NodeTimes, Session, plan_model};
 use hmct_tensor::{Dataset, InputSpec, Tensor, sanitize_name, write_npy};
 
 #[derive(Debug, Args)]
@@ -30,12 +30,18 @@ pub struct RunArgs {
     /// Run each sample this many times and print the median time per run.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub repeat: u32,
+    /// Print where the time goes: per op type and the slowest nodes.
+    #[arg(long)]
+    pub profile: bool,
 }
 
 pub fn run(args: &RunArgs) -> Result<()> {
     let model = hmct_ir::load_model(&args.model)?;
     let plan = plan_model(&model).with_context(|| args.model.display().to_string())?;
-    let session = Session::new(plan, args.threads)?;
+    let mut session = Session::new(plan, args.threads)?;
+    if args.profile {
+        session = session.with_profiling();
+    }
     let specs: Vec<InputSpec> = session
         .plan()
         .inputs()
@@ -110,10 +116,66 @@ pub fn run(args: &RunArgs) -> Result<()> {
             times.len()
         );
     }
+    if let Some(times) = session.node_times() {
+        print_profile(session.plan(), &times, data.len() * args.repeat as usize);
+    }
     if let Some(dir) = &args.output_dir {
         println!("outputs written to {}", dir.display());
     }
     Ok(())
+}
+
+/// Nodes listed by name in the profile.
+const SLOWEST_NODES: usize = 10;
+
+/// Time per run by op type, then the slowest nodes.
+fn print_profile(plan: &hmct_quant::Plan, times: &NodeTimes, runs: usize) {
+    let per_run = |d: Duration| d.as_secs_f64() * 1e3 / runs.max(1) as f64;
+    let total: Duration = times.total.iter().sum();
+    let share = |d: Duration| 100.0 * d.as_secs_f64() / total.as_secs_f64().max(f64::MIN_POSITIVE);
+    let mut by_op: Vec<(&str, usize, Duration)> = Vec::new();
+    for (node, &t) in plan.nodes().iter().zip(&times.total) {
+        match by_op.iter_mut().find(|(op, _, _)| *op == node.op_type) {
+            Some(entry) => {
+                entry.1 += 1;
+                entry.2 += t;
+            }
+            None => by_op.push((&node.op_type, 1, t)),
+        }
+    }
+    by_op.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(b.0)));
+    println!(
+        "\ntime per run by op type ({:.3} ms in nodes):",
+        per_run(total)
+    );
+    println!(
+        "{:<24} {:>6} {:>10} {:>7}",
+        "op type", "nodes", "ms/run", "share"
+    );
+    for (op, count, t) in &by_op {
+        println!(
+            "{op:<24} {count:>6} {:>10.3} {:>6.1}%",
+            per_run(*t),
+            share(*t)
+        );
+    }
+    let mut nodes: Vec<usize> = (0..plan.nodes().len()).collect();
+    nodes.sort_by(|&a, &b| times.total[b].cmp(&times.total[a]).then(a.cmp(&b)));
+    println!("\nslowest nodes:");
+    println!(
+        "{:<40} {:<16} {:>10} {:>7}",
+        "node", "op type", "ms/run", "share"
+    );
+    for &i in nodes.iter().take(SLOWEST_NODES) {
+        let node = &plan.nodes()[i];
+        println!(
+            "{:<40} {:<16} {:>10.3} {:>6.1}%",
+            node.name,
+            node.op_type,
+            per_run(times.total[i]),
+            share(times.total[i])
+        );
+    }
 }
 
 fn specs_name<'a>(specs: &'a [InputSpec], name: &str) -> &'a str {

@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use hmct_tensor::Tensor;
 
@@ -148,6 +149,17 @@ pub struct Session {
     /// Fake-quantized weights per calibration node: a weight node is a constant
     /// function of its weight, so each (node, parameters) pair is computed once.
     weight_cache: Mutex<HashMap<usize, Vec<(FakeQuant, Arc<Tensor>)>>>,
+    /// Wall time per plan node, when profiling is on.
+    profile: Option<Mutex<NodeTimes>>,
+}
+
+/// Wall time spent in each plan node (indexed like `Plan::nodes`), summed over the
+/// runs made since profiling was switched on. A node's time includes its kernel's
+/// own parallel work.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeTimes {
+    pub total: Vec<Duration>,
+    pub calls: Vec<u32>,
 }
 
 impl Session {
@@ -163,7 +175,26 @@ impl Session {
             pool,
             threads,
             weight_cache: Mutex::new(HashMap::new()),
+            profile: None,
         })
+    }
+
+    /// Switches per-node timing on (see [`Session::node_times`]). Timing costs a
+    /// clock read per node, so it is off unless asked for.
+    pub fn with_profiling(mut self) -> Session {
+        let n = self.plan.nodes.len();
+        self.profile = Some(Mutex::new(NodeTimes {
+            total: vec![Duration::ZERO; n],
+            calls: vec![0; n],
+        }));
+        self
+    }
+
+    /// Time per plan node since profiling was switched on; `None` when it is off.
+    pub fn node_times(&self) -> Option<NodeTimes> {
+        self.profile
+            .as_ref()
+            .map(|p| p.lock().unwrap_or_else(|e| e.into_inner()).clone())
     }
 
     pub fn plan(&self) -> &Plan {
@@ -335,7 +366,13 @@ impl Session {
             if !run_node[i] {
                 continue;
             }
+            let start = self.profile.as_ref().map(|_| Instant::now());
             let outputs = self.run_node(i, &mut values, config, &keep, &last_use)?;
+            if let (Some(profile), Some(start)) = (&self.profile, start) {
+                let mut p = profile.lock().unwrap_or_else(|e| e.into_inner());
+                p.total[i] += start.elapsed();
+                p.calls[i] += 1;
+            }
             for (&slot, t) in node.outputs.iter().zip(outputs) {
                 values.slots[slot] = Some(t);
             }

@@ -13,7 +13,7 @@ pub mod model;
 pub mod ops;
 pub mod plan;
 
-pub use exec::{Base, Capture, Config, Override, RunError, Session, Values};
+pub use exec::{Base, Capture, Config, NodeTimes, Override, RunError, Session, Values};
 pub use fake_quant::FakeQuant;
 pub use model::{fake_quant_for, plan_model};
 pub use plan::{CalibrationSetting, Plan, PlanError, PlanOptions, Slot};
