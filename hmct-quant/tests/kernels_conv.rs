@@ -163,6 +163,98 @@ proptest! {
     }
 }
 
+/// Depthwise convs with rows wide enough to fill the kernel's register blocks (and a
+/// tail), strides up to 3 and padding up to the window.
+fn depthwise_case() -> impl Strategy<Value = Case> {
+    (
+        1usize..3,
+        1usize..3,
+        2usize..12,
+        20usize..110,
+        (1usize..6, 1usize..6),
+        (1usize..4, 1usize..4),
+        (1usize..3, 1usize..3),
+        (0usize..4, 0usize..4, 0usize..4, 0usize..4),
+    )
+        .prop_map(|(group, mg, h, w, k, s, d, p)| Case {
+            n: 1,
+            cg: 1,
+            group,
+            mg,
+            h,
+            w,
+            k: [k.0, k.1],
+            s: [s.0, s.1],
+            d: [d.0, d.1],
+            p: [p.0, p.1, p.2, p.3],
+        })
+        .prop_filter("window fits", |c| {
+            c.h + c.p[0] + c.p[2] > (c.k[0] - 1) * c.d[0]
+                && c.w + c.p[1] + c.p[3] > (c.k[1] - 1) * c.d[1]
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(60))]
+    #[test]
+    fn wide_depthwise_matches_reference(c in depthwise_case()) {
+        let (ci, m) = (c.cg * c.group, c.mg * c.group);
+        let xv = values(c.n * ci * c.h * c.w, 7);
+        let wv = values(m * c.k[0] * c.k[1], 8);
+        let bv = values(m, 9);
+        let x = Tensor::from_f32(&[c.n, ci, c.h, c.w], xv.clone()).unwrap();
+        let w = Tensor::from_f32(&[m, 1, c.k[0], c.k[1]], wv.clone()).unwrap();
+        let b = Tensor::from_f32(&[m], bv.clone()).unwrap();
+        let got = run_conv(&c, &x, &w, &b);
+        let (want, shape) = reference(&c, &xv, &wv, &bv);
+        prop_assert_eq!(got.shape(), shape.as_slice());
+        for (g, r) in got.as_f32().unwrap().iter().zip(&want) {
+            prop_assert!((g - r).abs() <= 1e-4 * (1.0 + r.abs()), "{} vs {}", g, r);
+        }
+    }
+}
+
+/// Depthwise rows that end exactly on a register block, with windows that need no
+/// padding beyond the last output's own column.
+#[test]
+fn depthwise_rows_ending_on_a_block() {
+    for (w, k, s, p) in [
+        (63, 1, 2, 0),
+        (94, 1, 3, 0),
+        (64, 1, 1, 0),
+        (66, 3, 2, 1),
+        (40, 2, 2, 0),
+    ] {
+        let c = Case {
+            n: 1,
+            cg: 1,
+            group: 3,
+            mg: 1,
+            h: 3,
+            w,
+            k: [1, k],
+            s: [1, s],
+            d: [1, 1],
+            p: [0, p, 0, p],
+        };
+        let xv = values(3 * c.h * c.w, 10);
+        let wv = values(3 * k, 11);
+        let bv = values(3, 12);
+        let x = Tensor::from_f32(&[1, 3, c.h, c.w], xv.clone()).unwrap();
+        let wt = Tensor::from_f32(&[3, 1, 1, k], wv.clone()).unwrap();
+        let b = Tensor::from_f32(&[3], bv.clone()).unwrap();
+        let got = run_conv(&c, &x, &wt, &b);
+        let (want, shape) = reference(&c, &xv, &wv, &bv);
+        assert_eq!(got.shape(), shape.as_slice(), "{c:?}");
+        for (g, r) in got.as_f32().unwrap().iter().zip(&want) {
+            assert!(
+                (g - r).abs() <= 1e-4 * (1.0 + r.abs()),
+                "{g} vs {r} in {c:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn conv_is_thread_count_independent() {
     let shapes = [

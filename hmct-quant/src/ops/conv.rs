@@ -632,59 +632,93 @@ fn depthwise<T: Scalar>(x: &[T], w: &[T], y: &mut [T], g: &Win3, m: usize, mg: u
     }
 }
 
-/// One depthwise output plane. A width stride `s > 1` first splits the input plane into
-/// `s` phase planes (columns `p, p + s, ...`), so every tap is a contiguous `y += w·x`
-/// over an output row; the whole function is compiled for AVX2 when available.
+/// Outputs of one depthwise row accumulated in registers at a time.
+const DW_BLOCK: usize = 32;
+
+/// One depthwise output plane (`out` holds the bias or zeros on entry).
+///
+/// The input plane is first copied into `buf` with its zero padding, so every tap of
+/// every output reads inside the buffer. Each block of outputs of a row then sums all
+/// taps in registers and is stored once. Taps are added in (depth, row, column) order,
+/// padding included as `w·0`; the whole function is compiled for AVX2 when available.
 #[multiversion::multiversion(targets("x86_64+avx2+fma"))]
-fn dw_plane<T: Scalar>(xc: &[T], wk: &[T], out: &mut [T], g: &Win3, phases: &mut Vec<T>) {
-    let [_, ih, iw] = g.input;
-    let [od_n, oh_n, ow_n] = g.out;
-    let [kd, kh, kw] = g.kernel;
-    let s = g.stride[2];
-    let pw = iw.div_ceil(s);
-    let src: &[T] = if s == 1 {
-        xc
-    } else {
-        phases.clear();
-        phases.resize(s * xc.len().div_ceil(iw) * pw, T::zero());
-        let rows = xc.len() / iw;
-        for r in 0..rows {
-            let row = &xc[r * iw..][..iw];
-            for (col, &v) in row.iter().enumerate() {
-                phases[((col % s) * rows + r) * pw + col / s] = v;
+fn dw_plane<T: Scalar>(xc: &[T], wk: &[T], out: &mut [T], g: &Win3, buf: &mut Vec<T>) {
+    // Padded extent each axis needs: the last output's last tap, plus one.
+    let extent = |a: usize| (g.out[a] - 1) * g.stride[a] + (g.kernel[a] - 1) * g.dil[a] + 1;
+    let (ed, eh, ew) = (extent(0), extent(1), extent(2));
+    buf.clear();
+    buf.resize(ed * eh * ew, T::zero());
+    let [id_n, ih_n, iw_n] = g.input;
+    let pad = g.pad.map(|p| p as usize);
+    let cols = iw_n.min(ew.saturating_sub(pad[2]));
+    for d in 0..id_n.min(ed.saturating_sub(pad[0])) {
+        for h in 0..ih_n.min(eh.saturating_sub(pad[1])) {
+            let src = &xc[(d * ih_n + h) * iw_n..][..cols];
+            buf[((d + pad[0]) * eh + h + pad[1]) * ew + pad[2]..][..cols].copy_from_slice(src);
+        }
+    }
+    // Each tap's weight and offset from the output's first tap in the buffer.
+    let mut taps = Vec::with_capacity(g.k_vol());
+    for a in 0..g.kernel[0] {
+        for b in 0..g.kernel[1] {
+            for c in 0..g.kernel[2] {
+                let off = ((a * g.dil[0]) * eh + b * g.dil[1]) * ew + c * g.dil[2];
+                taps.push((wk[(a * g.kernel[1] + b) * g.kernel[2] + c], off));
             }
         }
-        &phases[..]
-    };
-    let rows_total = xc.len() / iw.max(1);
+    }
+    let [od_n, oh_n, ow_n] = g.out;
     for od in 0..od_n {
         for oh in 0..oh_n {
             let orow = &mut out[(od * oh_n + oh) * ow_n..][..ow_n];
-            for a in 0..kd {
-                let Some(id) = g.src(0, od, a) else { continue };
-                for bb in 0..kh {
-                    let Some(ihh) = g.src(1, oh, bb) else {
-                        continue;
-                    };
-                    let r = id * ih + ihh;
-                    for cc in 0..kw {
-                        let wv = wk[(a * kh + bb) * kw + cc];
-                        let (lo, hi, off) = g.inner_range(cc);
-                        if lo >= hi {
-                            continue;
-                        }
-                        // Source column of output `lo` and its place in the phase plane.
-                        let q = (lo * s) as isize + off;
-                        let (phase, idx) = ((q as usize) % s, (q as usize) / s);
-                        let irow = &src[(phase * rows_total + r) * if s == 1 { iw } else { pw }..];
-                        let irow = &irow[idx..idx + (hi - lo)];
-                        for (o, &v) in orow[lo..hi].iter_mut().zip(irow) {
-                            *o += wv * v;
-                        }
-                    }
-                }
+            let row = &buf[(od * g.stride[0] * eh + oh * g.stride[1]) * ew..];
+            // Literal strides let the common cases compile to plain or paired loads.
+            match g.stride[2] {
+                1 => dw_row::<T, 1>(orow, row, &taps, 1),
+                2 => dw_row::<T, 2>(orow, row, &taps, 2),
+                s => dw_row::<T, 0>(orow, row, &taps, s),
             }
         }
+    }
+}
+
+/// One output row of a depthwise conv: output `j` adds `w · row[off + j·s]` per tap.
+/// `S` is the width stride when known at compile time, 0 when only `s` gives it.
+/// Blocks of 32 outputs, then of 8, are summed in registers; the last few one by one.
+#[inline(always)]
+fn dw_row<T: Scalar, const S: usize>(orow: &mut [T], row: &[T], taps: &[(T, usize)], s: usize) {
+    let s = if S == 0 { s } else { S };
+    let wide = orow.len() / DW_BLOCK * DW_BLOCK;
+    let narrow = orow.len() / 8 * 8;
+    dw_blocks::<T, S, DW_BLOCK>(&mut orow[..wide], 0, row, taps, s);
+    dw_blocks::<T, S, 8>(&mut orow[wide..narrow], wide, row, taps, s);
+    for &(wv, off) in taps {
+        for (j, a) in orow[narrow..].iter_mut().enumerate() {
+            *a += wv * row[off + (narrow + j) * s];
+        }
+    }
+}
+
+/// [`dw_row`] on outputs `first..` that come in whole blocks of `B`.
+#[inline(always)]
+fn dw_blocks<T: Scalar, const S: usize, const B: usize>(
+    outs: &mut [T],
+    first: usize,
+    row: &[T],
+    taps: &[(T, usize)],
+    s: usize,
+) {
+    let s = if S == 0 { s } else { S };
+    for (bi, block) in outs.chunks_exact_mut(B).enumerate() {
+        let mut acc = [T::zero(); B];
+        acc.copy_from_slice(block);
+        for &(wv, off) in taps {
+            let src = &row[off + (first + bi * B) * s..][..(B - 1) * s + 1];
+            for (j, a) in acc.iter_mut().enumerate() {
+                *a += wv * src[j * s];
+            }
+        }
+        block.copy_from_slice(&acc);
     }
 }
 
