@@ -112,6 +112,34 @@ fn run_conv(c: &Case, x: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
     k.run(&[Some(x), Some(w), Some(b)]).unwrap().remove(0)
 }
 
+/// Runs `c` on data drawn from `seed`, `seed + 1`, `seed + 2` (input, weight, bias)
+/// and compares with the f64 reference.
+fn matches_reference(c: &Case, seed: u64) -> Result<(), String> {
+    let (ci, m) = (c.cg * c.group, c.mg * c.group);
+    let xv = values(c.n * ci * c.h * c.w, seed);
+    let wv = values(m * c.cg * c.k[0] * c.k[1], seed + 1);
+    let bv = values(m, seed + 2);
+    let x = Tensor::from_f32(&[c.n, ci, c.h, c.w], xv.clone()).unwrap();
+    let w = Tensor::from_f32(&[m, c.cg, c.k[0], c.k[1]], wv.clone()).unwrap();
+    let b = Tensor::from_f32(&[m], bv.clone()).unwrap();
+    let got = run_conv(c, &x, &w, &b);
+    let (want, shape) = reference(c, &xv, &wv, &bv);
+    if got.shape() != shape.as_slice() {
+        return Err(format!("shape {:?}, want {shape:?} in {c:?}", got.shape()));
+    }
+    for (g, r) in got.as_f32().unwrap().iter().zip(&want) {
+        if (g - r).abs() > 1e-4 * (1.0 + r.abs()) {
+            return Err(format!("{g} vs {r} in {c:?}"));
+        }
+    }
+    Ok(())
+}
+
+/// The dilated window fits in the padded input on both axes.
+fn window_fits(c: &Case) -> bool {
+    c.h + c.p[0] + c.p[2] > (c.k[0] - 1) * c.d[0] && c.w + c.p[1] + c.p[3] > (c.k[1] - 1) * c.d[1]
+}
+
 fn case() -> impl Strategy<Value = Case> {
     (
         1usize..3,
@@ -137,29 +165,14 @@ fn case() -> impl Strategy<Value = Case> {
             d: [d.0, d.1],
             p: [p.0, p.1, p.2, p.3],
         })
-        .prop_filter("window fits", |c| {
-            c.h + c.p[0] + c.p[2] > (c.k[0] - 1) * c.d[0]
-                && c.w + c.p[1] + c.p[3] > (c.k[1] - 1) * c.d[1]
-        })
+        .prop_filter("window fits", window_fits)
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(120))]
     #[test]
     fn conv_matches_reference(c in case()) {
-        let (ci, m) = (c.cg * c.group, c.mg * c.group);
-        let xv = values(c.n * ci * c.h * c.w, 1);
-        let wv = values(m * c.cg * c.k[0] * c.k[1], 2);
-        let bv = values(m, 3);
-        let x = Tensor::from_f32(&[c.n, ci, c.h, c.w], xv.clone()).unwrap();
-        let w = Tensor::from_f32(&[m, c.cg, c.k[0], c.k[1]], wv.clone()).unwrap();
-        let b = Tensor::from_f32(&[m], bv.clone()).unwrap();
-        let got = run_conv(&c, &x, &w, &b);
-        let (want, shape) = reference(&c, &xv, &wv, &bv);
-        prop_assert_eq!(got.shape(), shape.as_slice());
-        for (g, r) in got.as_f32().unwrap().iter().zip(&want) {
-            prop_assert!((g - r).abs() <= 1e-4 * (1.0 + r.abs()), "{} vs {}", g, r);
-        }
+        matches_reference(&c, 1).map_err(TestCaseError::fail)?;
     }
 }
 
@@ -188,29 +201,14 @@ fn depthwise_case() -> impl Strategy<Value = Case> {
             d: [d.0, d.1],
             p: [p.0, p.1, p.2, p.3],
         })
-        .prop_filter("window fits", |c| {
-            c.h + c.p[0] + c.p[2] > (c.k[0] - 1) * c.d[0]
-                && c.w + c.p[1] + c.p[3] > (c.k[1] - 1) * c.d[1]
-        })
+        .prop_filter("window fits", window_fits)
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(60))]
     #[test]
     fn wide_depthwise_matches_reference(c in depthwise_case()) {
-        let (ci, m) = (c.cg * c.group, c.mg * c.group);
-        let xv = values(c.n * ci * c.h * c.w, 7);
-        let wv = values(m * c.k[0] * c.k[1], 8);
-        let bv = values(m, 9);
-        let x = Tensor::from_f32(&[c.n, ci, c.h, c.w], xv.clone()).unwrap();
-        let w = Tensor::from_f32(&[m, 1, c.k[0], c.k[1]], wv.clone()).unwrap();
-        let b = Tensor::from_f32(&[m], bv.clone()).unwrap();
-        let got = run_conv(&c, &x, &w, &b);
-        let (want, shape) = reference(&c, &xv, &wv, &bv);
-        prop_assert_eq!(got.shape(), shape.as_slice());
-        for (g, r) in got.as_f32().unwrap().iter().zip(&want) {
-            prop_assert!((g - r).abs() <= 1e-4 * (1.0 + r.abs()), "{} vs {}", g, r);
-        }
+        matches_reference(&c, 7).map_err(TestCaseError::fail)?;
     }
 }
 
@@ -237,21 +235,7 @@ fn depthwise_rows_ending_on_a_block() {
             d: [1, 1],
             p: [0, p, 0, p],
         };
-        let xv = values(3 * c.h * c.w, 10);
-        let wv = values(3 * k, 11);
-        let bv = values(3, 12);
-        let x = Tensor::from_f32(&[1, 3, c.h, c.w], xv.clone()).unwrap();
-        let wt = Tensor::from_f32(&[3, 1, 1, k], wv.clone()).unwrap();
-        let b = Tensor::from_f32(&[3], bv.clone()).unwrap();
-        let got = run_conv(&c, &x, &wt, &b);
-        let (want, shape) = reference(&c, &xv, &wv, &bv);
-        assert_eq!(got.shape(), shape.as_slice(), "{c:?}");
-        for (g, r) in got.as_f32().unwrap().iter().zip(&want) {
-            assert!(
-                (g - r).abs() <= 1e-4 * (1.0 + r.abs()),
-                "{g} vs {r} in {c:?}"
-            );
-        }
+        matches_reference(&c, 10).unwrap();
     }
 }
 
