@@ -122,6 +122,13 @@ def main():
             node_sets.append(s)
     by_name = {c.name: c for c in cal_nodes}
 
+    def print_floor(per_sample):
+        """The arithmetic over all samples and its time at the given peak, if any."""
+        if args.gflops_peak:
+            total = per_sample * args.samples / 1e9
+            print(f"{'':16s}{args.samples} samples: {total:.0f} GFLOP, at least "
+                  f"{total / args.gflops_peak:.0f} s at {args.gflops_peak:.0f} GFLOP/s")
+
     def work(cones):
         return sum(sum(flops[x] for x in c) for c in cones)
 
@@ -157,10 +164,7 @@ def main():
             common = [x for x, k in reach.items() if k >= 0.8 * len(cones)]
             print(f"{'':16s}{len(common)} nodes are in at least 80% of the cones, "
                   f"{sum(flops[x] for x in common) / full:.0%} of a full run's arithmetic")
-        if args.gflops_peak:
-            total = w * args.samples / 1e9
-            print(f"{'':16s}{args.samples} samples: {total:.0f} GFLOP, at least "
-                  f"{total / args.gflops_peak:.0f} s at {args.gflops_peak:.0f} GFLOP/s")
+        print_floor(w)
     if args.series:
         # Step k switches the first k picked nodes: its cone is downstream of all of them.
         with open(args.series) as f:
@@ -171,10 +175,7 @@ def main():
             w += sum(flops[x] for x in cone(switched))
         print(f"cumulative {len(picked):4d} probes: {w / 1e9:8.1f} GFLOP per sample, "
               f"mean cone {w / max(len(picked), 1) / full:.0%} of a full run")
-        if args.gflops_peak:
-            total = w * args.samples / 1e9
-            print(f"{'':16s}{args.samples} samples: {total:.0f} GFLOP, at least "
-                  f"{total / args.gflops_peak:.0f} s at {args.gflops_peak:.0f} GFLOP/s")
+        print_floor(w)
 
 
 if __name__ == "__main__":
