@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""onnxruntime's side of `hmct-debugger run MODEL DATA --profile`: kernel time per op
+type and the slowest nodes, from onnxruntime's own profiler
+(`SessionOptions.enable_profiling`), on the first sample of a calibration-data folder.
+Use the float model (onnxruntime cannot run HzCalibration nodes).
+
+onnxruntime fuses and re-lays-out nodes (e.g. Conv+activation in NCHWc, with
+ReorderInput/ReorderOutput nodes), so its op types and node names differ from ours.
+
+Pinned: onnxruntime==1.32.0, numpy (tools/requirements.txt). Usage:
+    python tools/ort_profile.py MODEL DATA [--threads 1] [--runs 5]
+"""
+import argparse
+import collections
+import json
+import os
+
+import numpy as np
+import onnxruntime as ort
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model")
+    ap.add_argument("data", help="calibration-data folder: one sub-folder per input")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--runs", type=int, default=5)
+    args = ap.parse_args()
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = args.threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.enable_profiling = True
+    session = ort.InferenceSession(args.model, options, providers=["CPUExecutionProvider"])
+    feed = {i.name: np.load(os.path.join(args.data, i.name, "0.npy"))
+            for i in session.get_inputs()}
+    for _ in range(args.runs):
+        session.run(None, feed)
+    with open(session.end_profiling()) as f:
+        events = json.load(f)
+    os.remove(f.name)
+
+    by_op, by_node = collections.Counter(), collections.Counter()
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            by_op[e["args"]["op_name"]] += e["dur"]
+            by_node[(e["name"][: -len("_kernel_time")], e["args"]["op_name"])] += e["dur"]
+    total = sum(by_op.values())
+    ms = lambda us: us / args.runs / 1e3  # noqa: E731
+    print(f"time per run by op type ({ms(total):.3f} ms in kernels, {args.runs} runs):")
+    for op, us in by_op.most_common():
+        print(f"{op:<24} {ms(us):>10.3f} {100 * us / total:>6.1f}%")
+    print("\nslowest nodes:")
+    for (name, op), us in by_node.most_common(10):
+        print(f"{name:<40} {op:<16} {ms(us):>10.3f} {100 * us / total:>6.1f}%")
+
+
+if __name__ == "__main__":
+    main()
