@@ -85,29 +85,41 @@ fn fake_quant(c: &mut Criterion) {
     g.finish();
 }
 
+/// Conv shapes: the generic 3x3 and 1x1 of a mid-sized CNN, then the detector's
+/// heaviest kinds (its 3x3 head convs, its first stride-2 conv, a pointwise conv with
+/// few input channels on a large plane).
 fn conv(c: &mut Criterion) {
     let mut g = c.benchmark_group("conv");
     g.sample_size(20);
-    let x = tensor(&[1, 64, 160, 160], 1);
-    let w = tensor(&[64, 64, 3, 3], 2);
-    let b = tensor(&[64], 3);
-    let k = kernel("Conv", &[ints("pads", &[1, 1, 1, 1])], 3);
-    g.throughput(Throughput::Elements(2 * 64 * 64 * 9 * 160 * 160));
-    g.bench_function("3x3_64to64_160x160", |bch| {
-        bch.iter(|| k.run(&[Some(&x), Some(&w), Some(&b)]).unwrap())
-    });
-    let wd = tensor(&[64, 1, 3, 3], 4);
-    let kd = kernel("Conv", &[ints("pads", &[1, 1, 1, 1]), int("group", 64)], 3);
-    g.throughput(Throughput::Elements(2 * 64 * 9 * 160 * 160));
-    g.bench_function("depthwise3x3_64_160x160", |bch| {
-        bch.iter(|| kd.run(&[Some(&x), Some(&wd), Some(&b)]).unwrap())
-    });
-    let w1 = tensor(&[64, 64, 1, 1], 5);
-    let k1 = kernel("Conv", &[], 3);
-    g.throughput(Throughput::Elements(2 * 64 * 64 * 160 * 160));
-    g.bench_function("1x1_64to64_160x160", |bch| {
-        bch.iter(|| k1.run(&[Some(&x), Some(&w1), Some(&b)]).unwrap())
-    });
+    // (name, input channels, output channels, group, kernel, stride, pad, input size)
+    let shapes: [(&str, usize, usize, usize, usize, usize, usize, usize); 7] = [
+        ("3x3_64to64_160x160", 64, 64, 1, 3, 1, 1, 160),
+        ("depthwise3x3_64_160x160", 64, 64, 64, 3, 1, 1, 160),
+        ("1x1_64to64_160x160", 64, 64, 1, 1, 1, 0, 160),
+        ("3x3_96to24_160x160", 96, 24, 1, 3, 1, 1, 160),
+        ("3x3s2_3to16_640x640", 3, 16, 1, 3, 2, 1, 640),
+        ("1x1_16to32_320x320", 16, 32, 1, 1, 1, 0, 320),
+        ("1x1_384to384_20x20", 384, 384, 1, 1, 1, 0, 20),
+    ];
+    for (i, (name, ci, co, group, k, s, p, size)) in shapes.into_iter().enumerate() {
+        let seed = 10 * i as u32;
+        let x = tensor(&[1, ci, size, size], seed + 1);
+        let w = tensor(&[co, ci / group, k, k], seed + 2);
+        let b = tensor(&[co], seed + 3);
+        let attrs = [
+            ints("pads", &[p as i64; 4]),
+            ints("strides", &[s as i64; 2]),
+            int("group", group as i64),
+        ];
+        let kc = kernel("Conv", &attrs, 3);
+        let out = (size + 2 * p - k) / s + 1;
+        g.throughput(Throughput::Elements(
+            (2 * co * ci / group * k * k * out * out) as u64,
+        ));
+        g.bench_function(name, |bch| {
+            bch.iter(|| kc.run(&[Some(&x), Some(&w), Some(&b)]).unwrap())
+        });
+    }
     g.finish();
 }
 

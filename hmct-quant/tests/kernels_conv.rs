@@ -212,6 +212,121 @@ proptest! {
     }
 }
 
+/// Dense convs big enough for the direct kernel's full tiles: output channels across
+/// several 6-channel blocks and a partial one, rows of 16 positions and more with a
+/// tail, single-line (1×1) layouts, strides and dilations that split rows into phases.
+fn dense_case() -> impl Strategy<Value = Case> {
+    (
+        1usize..3,
+        2usize..10,
+        1usize..3,
+        1usize..20,
+        1usize..24,
+        16usize..60,
+        (1usize..4, 1usize..4),
+        (1usize..4, 1usize..4),
+        (1usize..3, 1usize..3),
+        (0usize..3, 0usize..3, 0usize..3, 0usize..3),
+    )
+        .prop_map(|(n, cg, group, mg, h, w, k, s, d, p)| Case {
+            n,
+            cg,
+            group,
+            mg,
+            h,
+            w,
+            k: [k.0, k.1],
+            s: [s.0, s.1],
+            d: [d.0, d.1],
+            p: [p.0, p.1, p.2, p.3],
+        })
+        .prop_filter("window fits", window_fits)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(80))]
+    #[test]
+    fn dense_matches_reference(c in dense_case()) {
+        matches_reference(&c, 13).map_err(TestCaseError::fail)?;
+    }
+}
+
+/// Shapes at the direct kernel's edges: one output channel past a 6-channel block,
+/// rows of exactly 16 and 32 positions, a 1×1 conv over a plane of 16k+1 positions,
+/// a conv with so few positions that it splits output channels into chunks, and
+/// convs whose sums run over several blocks of input channels.
+#[test]
+fn dense_tile_edges() {
+    let base = Case {
+        n: 1,
+        cg: 3,
+        group: 1,
+        mg: 7,
+        h: 5,
+        w: 16,
+        k: [3, 3],
+        s: [1, 1],
+        d: [1, 1],
+        p: [1, 1, 1, 1],
+    };
+    let cases = [
+        base.clone(),
+        Case {
+            w: 32,
+            mg: 13,
+            ..base.clone()
+        },
+        Case {
+            h: 7,
+            w: 7,
+            k: [1, 1],
+            p: [0; 4],
+            mg: 12,
+            ..base.clone()
+        },
+        Case {
+            h: 1,
+            w: 33,
+            k: [1, 1],
+            p: [0; 4],
+            ..base.clone()
+        },
+        Case {
+            h: 4,
+            w: 4,
+            cg: 20,
+            mg: 100,
+            ..base.clone()
+        },
+        Case {
+            h: 9,
+            w: 40,
+            s: [2, 2],
+            k: [3, 3],
+            ..base.clone()
+        },
+        // more input channels × taps than one pass sums: later passes add to the output
+        Case {
+            h: 6,
+            w: 21,
+            cg: 40,
+            mg: 8,
+            ..base.clone()
+        },
+        Case {
+            h: 3,
+            w: 7,
+            cg: 300,
+            k: [1, 1],
+            p: [0; 4],
+            ..base.clone()
+        },
+    ];
+    for c in cases {
+        matches_reference(&c, 17).unwrap();
+    }
+}
+
 /// Depthwise rows that end exactly on a register block, with windows that need no
 /// padding beyond the last output's own column.
 #[test]

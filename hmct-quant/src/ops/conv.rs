@@ -1,12 +1,15 @@
 //! Conv, ConvInteger and ConvTranspose (1-D, 2-D and 3-D).
 //!
-//! Conv lowers to GEMM: a 1×1 stride-1 unpadded conv multiplies the weight by the input
+//! f32 1-D and 2-D convs with several input channels per group run the direct AVX2
+//! kernel of [`super::conv_direct`] where the CPU has it. Otherwise Conv lowers to
+//! GEMM: a 1×1 stride-1 unpadded conv multiplies the weight by the input
 //! directly, other convs unfold (im2col) a block of output rows at a time into a
 //! buffer that stays in cache, and convs with one input channel per group (depthwise)
 //! run a direct loop whose inner loop walks an output row. Parallel tasks are
 //! (batch, group, row block) triples fixed by the shapes, so results do not depend on
 //! the thread count. ConvTranspose is a GEMM into columns followed by col2im.
 
+use std::any::TypeId;
 use std::borrow::Cow;
 
 use hmct_tensor::ndarray::{ArrayD, IxDyn};
@@ -476,6 +479,20 @@ pub(crate) fn conv_nd<T: Scalar>(
     let mut shape = vec![n, m];
     shape.extend_from_slice(&win.out);
     let (in_vol, out_vol, k_vol) = (g3.in_vol(), g3.out_vol(), g3.k_vol());
+    if n * m * out_vol == 0 {
+        return Ok((Vec::new(), shape));
+    }
+    if let (Some(xf), Some(wf)) = (f32_slice(x), f32_slice(w))
+        && super::conv_direct::fits(&g3, cg)
+        && super::conv_direct::available()
+    {
+        let mut y = crate::buffers::take::<T>(n * m * out_vol);
+        let bf = bias.and_then(f32_slice);
+        if let Some(yf) = f32_slice_mut(&mut y) {
+            super::conv_direct::conv(xf, wf, bf, yf, n, c, m, group, &g3);
+            return Ok((y, shape));
+        }
+    }
     let mut y = match bias {
         None => crate::buffers::take_filled(n * m * out_vol, T::zero()),
         Some(_) => crate::buffers::take(n * m * out_vol),
@@ -560,6 +577,22 @@ pub(crate) fn conv_nd<T: Scalar>(
         (0..tasks).into_par_iter().for_each_init(Vec::new, run_task);
     }
     Ok((y, shape))
+}
+
+/// `s` as f32 values, when `T` is f32.
+fn f32_slice<T: 'static>(s: &[T]) -> Option<&[f32]> {
+    // SAFETY: T is f32, so the slice's memory holds exactly `len` f32 values.
+    (TypeId::of::<T>() == TypeId::of::<f32>())
+        .then(|| unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<f32>(), s.len()) })
+}
+
+/// `s` as f32 values, when `T` is f32.
+fn f32_slice_mut<T: 'static>(s: &mut [T]) -> Option<&mut [f32]> {
+    if TypeId::of::<T>() != TypeId::of::<f32>() {
+        return None;
+    }
+    // SAFETY: T is f32, so the slice's memory holds exactly `len` f32 values.
+    Some(unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<f32>(), s.len()) })
 }
 
 /// Unfolds output rows `[r0, r1)` (a row is one (d, h) pair) of one image group into

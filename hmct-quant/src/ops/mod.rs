@@ -9,6 +9,7 @@
 pub mod attrs;
 
 pub(crate) mod conv;
+pub(crate) mod conv_direct;
 pub(crate) mod elementwise;
 pub(crate) mod matmul;
 pub(crate) mod misc;

@@ -1,0 +1,477 @@
+//! Direct f32 convolution with AVX2 and FMA, for 1-D and 2-D convs of any stride,
+//! dilation and padding with more than one input channel per group.
+//!
+//! The im2col + GEMM path copies every input value once per kernel tap and packs the
+//! copy again inside the GEMM, and pre-fills the output with the bias: on the small
+//! channel counts of mobile CNNs that copying costs about as much as the arithmetic.
+//! Here each output tile of 6 channels × 16 positions is summed in registers straight
+//! from the input planes, starting from the bias, and stored once.
+//!
+//! Input that needs padding or has a stride is copied, a few rows of one block of
+//! channels at a time right before they are used (so the copy stays in cache), into
+//! rows with the zero padding in place and split into `stride` phases (columns
+//! `p, p + s, p + 2s, ...`): every tap of every output tile then reads 16 consecutive
+//! values. Each output element is `bias + Σ_c Σ_taps w·x` summed in that order with
+//! fused multiply-adds, whatever the tiling or the thread count.
+
+use rayon::prelude::*;
+
+use super::conv::Win3;
+use super::matmul::gemm_util::{Scalar, SendPtr};
+
+/// Output channels and positions of one register tile.
+const MR: usize = 6;
+const NR: usize = 16;
+/// Input elements one task reads per block of input channels (128 KiB, a quarter of
+/// a 512 KiB L2 cache), which sets how many output rows or columns a task covers. Fixed, so results never depend on
+/// threads.
+const TASK_INPUT: usize = 1 << 15;
+/// Output channels per task when a conv has too few positions to split.
+const M_CHUNK: usize = 48;
+/// Multiply-adds per output a tile sums before the next tile (input channels times
+/// kernel taps, at least one channel).
+const K_BLOCK: usize = 256;
+/// Multiply-adds below which a conv runs on the calling thread.
+const SERIAL_WORK: usize = 1 << 20;
+
+/// Whether this CPU runs the direct kernel.
+pub(crate) fn available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether [`conv`] handles this geometry (1-D or 2-D, pads not negative) with `cg`
+/// input channels per group.
+pub(crate) fn fits(g: &Win3, cg: usize) -> bool {
+    cg > 1 && g.input[0] == 1 && g.out[0] == 1 && g.kernel[0] == 1 && g.pad.iter().all(|&p| p >= 0)
+}
+
+/// How the kernel reads one input channel: output line `l`, position `j` and tap `t`
+/// read element `l * line_stride + j + taps[t]` of the channel (as is, or its copy).
+struct Layout {
+    lines: usize,
+    line_len: usize,
+    line_stride: usize,
+    taps: Vec<usize>,
+    /// Padded, phase-split planes have to be built; otherwise the input is read as is.
+    copy: bool,
+    /// Padded row length and phase width of a copy (the input's for plain input).
+    row_len: usize,
+    phase: usize,
+    /// Padded rows between consecutive output lines, and rows one output line reads.
+    row_step: usize,
+    window_rows: usize,
+}
+
+impl Layout {
+    fn new(g: &Win3) -> Layout {
+        let [_, ih, iw] = g.input;
+        let [_, oh, ow] = g.out;
+        let [_, kh, kw] = g.kernel;
+        let [_, sh, sw] = g.stride;
+        let [_, dh, dw] = g.dil;
+        let (ph, pw) = (g.pad[1] as usize, g.pad[2] as usize);
+        // Padded extent: the last output's last tap, plus one.
+        let rows = (oh - 1) * sh + (kh - 1) * dh + 1;
+        let cols = (ow - 1) * sw + (kw - 1) * dw + 1;
+        if sw == 1 && ph == 0 && pw == 0 && cols == iw && rows <= ih {
+            // Plain input; when lines follow each other in memory they are one line.
+            let taps = (0..kh)
+                .flat_map(|a| (0..kw).map(move |b| a * dh * iw + b * dw))
+                .collect();
+            let (lines, line_len, line_stride) = if sh == 1 && ow == iw {
+                (1, oh * ow, 0)
+            } else {
+                (oh, ow, sh * iw)
+            };
+            return Layout {
+                lines,
+                line_len,
+                line_stride,
+                taps,
+                copy: false,
+                row_len: iw,
+                phase: iw,
+                row_step: sh,
+                window_rows: (kh - 1) * dh + 1,
+            };
+        }
+        let phase = cols.div_ceil(sw);
+        let row_len = phase * sw;
+        let taps = (0..kh)
+            .flat_map(|a| {
+                (0..kw).map(move |b| a * dh * row_len + (b * dw) % sw * phase + b * dw / sw)
+            })
+            .collect();
+        Layout {
+            lines: oh,
+            line_len: ow,
+            line_stride: sh * row_len,
+            taps,
+            copy: true,
+            row_len,
+            phase,
+            row_step: sh,
+            window_rows: (kh - 1) * dh + 1,
+        }
+    }
+
+    /// Copies padded rows `r0..` of one input channel into `dst` (whole rows of the
+    /// padded, phase-split plane). Every element of `dst` is written.
+    fn fill_rows(&self, g: &Win3, src: &[f32], dst: &mut [f32], r0: usize) {
+        let [_, ih, iw] = g.input;
+        let sw = g.stride[2];
+        let (ph, pw) = (g.pad[1] as usize, g.pad[2] as usize);
+        let cols = iw.min(self.row_len.saturating_sub(pw));
+        for (i, out) in dst.chunks_exact_mut(self.row_len).enumerate() {
+            let Some(h) = (r0 + i).checked_sub(ph).filter(|&h| h < ih) else {
+                out.fill(0.0);
+                continue;
+            };
+            let row = &src[h * iw..][..cols];
+            if sw == 1 {
+                out[..pw].fill(0.0);
+                out[pw..pw + cols].copy_from_slice(row);
+                out[pw + cols..].fill(0.0);
+                continue;
+            }
+            out.fill(0.0);
+            // Padded column `col` goes to phase `col % sw`, slot `col / sw`.
+            for p in 0..sw {
+                let first = (p + sw - pw % sw) % sw;
+                let slot0 = (first + pw) / sw;
+                let phase = &mut out[p * self.phase..][..self.phase];
+                for (d, &v) in phase[slot0..]
+                    .iter_mut()
+                    .zip(row.iter().skip(first).step_by(sw))
+                {
+                    *d = v;
+                }
+            }
+        }
+    }
+}
+
+/// `y = conv(x, w) + bias` for f32 NCHW data; `y` is written in full. The caller checks
+/// [`available`] and [`fits`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn conv(
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    n: usize,
+    c: usize,
+    m: usize,
+    group: usize,
+    g: &Win3,
+) {
+    let (cg, mg) = (c / group, m / group);
+    let lay = Layout::new(g);
+    let (in_vol, out_vol, k_vol) = (g.in_vol(), g.out_vol(), g.k_vol());
+    let kdim = cg * k_vol;
+    let work = n * m * out_vol * kdim;
+
+    // Weights of each group, `MR` channels at a time, in the order the kernel reads
+    // them: channel block, input channel, tap, then the block's channels.
+    let mut packed = vec![0.0f32; m * kdim];
+    for gi in 0..group {
+        let wg = &w[gi * mg * kdim..][..mg * kdim];
+        let pg = &mut packed[gi * mg * kdim..][..mg * kdim];
+        let mut i = 0;
+        for m0 in (0..mg).step_by(MR) {
+            let rows = MR.min(mg - m0);
+            for k in 0..kdim {
+                for r in 0..rows {
+                    pg[i] = wg[(m0 + r) * kdim + k];
+                    i += 1;
+                }
+            }
+        }
+    }
+
+    // Tasks: output lines in groups (or, for a single line, column ranges) sized by
+    // the input one channel block of them reads, times channel chunks when positions
+    // alone give few tasks.
+    let c_block = (K_BLOCK / k_vol).clamp(1, cg);
+    let (line_group, col_chunk) = if lay.lines == 1 {
+        let cols = (TASK_INPUT / (c_block * k_vol)).max(NR) / NR * NR;
+        (1, cols.min(lay.line_len.next_multiple_of(NR)))
+    } else {
+        let per_line = c_block * lay.row_step * lay.row_len;
+        (
+            (TASK_INPUT / per_line.max(1)).clamp(1, lay.lines),
+            lay.line_len,
+        )
+    };
+    let col_tasks = lay.line_len.div_ceil(col_chunk);
+    let line_tasks = lay.lines.div_ceil(line_group) * col_tasks;
+    let m_chunk = if n * group * line_tasks < 4 && mg > M_CHUNK {
+        M_CHUNK
+    } else {
+        mg
+    };
+    let m_tasks = mg.div_ceil(m_chunk);
+    let tasks = n * group * m_tasks * line_tasks;
+    let channels_inner = k_vol > 1;
+
+    let yp = SendPtr(y.as_mut_ptr());
+    let lay = &lay;
+    let task = |t: usize| {
+        let lt = t % line_tasks;
+        let mt = t / line_tasks % m_tasks;
+        let bg = t / line_tasks / m_tasks;
+        let (b, gi) = (bg / group, bg % group);
+        let (l0, j0) = (lt / col_tasks * line_group, lt % col_tasks * col_chunk);
+        let (l1, j1) = (
+            (l0 + line_group).min(lay.lines),
+            (j0 + col_chunk).min(lay.line_len),
+        );
+        let m0 = mt * m_chunk;
+        let m1 = (m0 + m_chunk).min(mg);
+        let xg = &x[(b * c + gi * cg) * in_vol..][..cg * in_vol];
+        let yp = yp;
+        // Input channels in blocks; later blocks add to the sums stored by earlier
+        // ones (exact: f32 values round-trip through memory).
+        for c0 in (0..cg).step_by(c_block) {
+            let cn = c_block.min(cg - c0);
+            // The padded rows these lines read, of this block's channels, copied into
+            // a per-thread buffer that stays in cache; plain input is read in place.
+            let first_row = l0 * lay.row_step;
+            let copy_rows = (l1 - 1 - l0) * lay.row_step + lay.window_rows;
+            let copy_len = if lay.copy {
+                cn * copy_rows * lay.row_len
+            } else {
+                0
+            };
+            f32::with_scratch(copy_len, |buf| {
+                let (xs, chan, line0) = if lay.copy {
+                    for (ci, dst) in buf.chunks_exact_mut(copy_rows * lay.row_len).enumerate() {
+                        lay.fill_rows(g, &xg[(c0 + ci) * in_vol..][..in_vol], dst, first_row);
+                    }
+                    (&buf[..], copy_rows * lay.row_len, l0)
+                } else {
+                    (&xg[c0 * in_vol..], in_vol, 0)
+                };
+                // Output channels [mb, mb + MR) × positions [j, j + len) of line l.
+                let run = |l: usize, j: usize, len: usize, mb: usize| {
+                    let rows = MR.min(m1 - mb);
+                    let ch = gi * mg + mb;
+                    let wq = &packed[ch * kdim + c0 * k_vol * rows..][..cn * k_vol * rows];
+                    let base = (l - line0) * lay.line_stride + j;
+                    let init = Init::new(c0, bias, ch, rows);
+                    // SAFETY: this writes channels [ch, ch + rows) × positions
+                    // [l*line_len + j, + len) of image b, a region no other task writes
+                    // (tasks split images, groups, channel chunks and lines or
+                    // columns), inside `y`'s n*m*out_vol elements. Reads stay inside
+                    // `xs`: `cn` channels of `chan` elements, where position j + len - 1
+                    // of line l plus the last tap is the last element an output needs.
+                    unsafe {
+                        let out = yp.0.add((b * m + ch) * out_vol + l * lay.line_len + j);
+                        let terms = Terms {
+                            chan,
+                            channels: cn,
+                            taps: &lay.taps,
+                            w: wq,
+                        };
+                        segment(xs, base, terms, rows, init, out, out_vol, len);
+                    }
+                };
+                for l in l0..l1 {
+                    if channels_inner {
+                        // The tile's input stays in L1 across the channel's row blocks.
+                        for j in (j0..j1).step_by(NR) {
+                            let len = NR.min(j1 - j);
+                            (m0..m1).step_by(MR).for_each(|mb| run(l, j, len, mb));
+                        }
+                    } else {
+                        // Six output rows are written at a time, a stream each.
+                        for mb in (m0..m1).step_by(MR) {
+                            run(l, j0, j1 - j0, mb);
+                        }
+                    }
+                }
+            });
+        }
+    };
+    if tasks == 1 || work < SERIAL_WORK {
+        (0..tasks).for_each(task);
+    } else {
+        (0..tasks).into_par_iter().for_each(task);
+    }
+}
+
+/// What a tile sums over: `channels` input channels `chan` elements apart, each read
+/// at every tap offset, times weights interleaved by output channel (`R` per channel
+/// and tap).
+#[derive(Clone, Copy)]
+struct Terms<'a> {
+    chan: usize,
+    channels: usize,
+    taps: &'a [usize],
+    w: &'a [f32],
+}
+
+/// What a tile's sums start from.
+#[derive(Clone, Copy)]
+enum Init {
+    /// The bias of the tile's channels (zero beyond `rows` or without a bias).
+    Bias([f32; MR]),
+    /// The values in the output, stored by the previous channel block.
+    Output,
+}
+
+impl Init {
+    fn new(c0: usize, bias: Option<&[f32]>, ch: usize, rows: usize) -> Init {
+        if c0 > 0 {
+            return Init::Output;
+        }
+        Init::Bias(std::array::from_fn(|r| match bias {
+            Some(b) if r < rows => b[ch + r],
+            _ => 0.0,
+        }))
+    }
+}
+
+/// `rows` (≤ `MR`) channels × `len` consecutive positions: tiles of `NR` positions
+/// and a last, narrower one.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA; `out` points to `rows` rows of `len` writable values,
+/// `ldo` apart; `base + taps[t] + len - 1 + (channels - 1) * chan < x.len()` for every
+/// tap.
+unsafe fn segment(
+    x: &[f32],
+    base: usize,
+    terms: Terms,
+    rows: usize,
+    init: Init,
+    out: *mut f32,
+    ldo: usize,
+    len: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        let x = x.as_ptr().add(base);
+        match rows {
+            6 => avx2::segment::<6>(x, terms, init, out, ldo, len),
+            5 => avx2::segment::<5>(x, terms, init, out, ldo, len),
+            4 => avx2::segment::<4>(x, terms, init, out, ldo, len),
+            3 => avx2::segment::<3>(x, terms, init, out, ldo, len),
+            2 => avx2::segment::<2>(x, terms, init, out, ldo, len),
+            _ => avx2::segment::<1>(x, terms, init, out, ldo, len),
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (x, base, terms, rows, init, out, ldo, len);
+        unreachable!("the direct conv runs only where `available` said so");
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    /// Lanes `i` with `i < n` set, for the first and second 8 positions.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn masks(n: usize) -> (__m256i, __m256i) {
+        let idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let n = n as i32;
+        (
+            _mm256_cmpgt_epi32(_mm256_set1_epi32(n), idx),
+            _mm256_cmpgt_epi32(_mm256_set1_epi32(n - 8), idx),
+        )
+    }
+
+    /// See [`super::segment`]; `R` rows.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn segment<const R: usize>(
+        x: *const f32,
+        terms: super::Terms,
+        init: super::Init,
+        out: *mut f32,
+        ldo: usize,
+        len: usize,
+    ) {
+        let nr = super::NR;
+        let full = len / nr * nr;
+        // SAFETY: every tile lies inside the segment the caller vouched for.
+        unsafe {
+            for j in (0..full).step_by(nr) {
+                tile::<R, false>(x.add(j), terms, init, out.add(j), ldo, nr);
+            }
+            if full < len {
+                tile::<R, true>(x.add(full), terms, init, out.add(full), ldo, len - full);
+            }
+        }
+    }
+
+    /// One tile of `R` rows × `cols` (≤ 16) positions; `MASKED` when fewer than 16.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn tile<const R: usize, const MASKED: bool>(
+        x: *const f32,
+        terms: super::Terms,
+        init: super::Init,
+        out: *mut f32,
+        ldo: usize,
+        cols: usize,
+    ) {
+        let (m0, m1) = masks(cols);
+        let mut acc = [[_mm256_setzero_ps(); 2]; R];
+        let mut wp = terms.w.as_ptr();
+        // SAFETY (whole body): the caller guarantees every read of `x` and every
+        // access to `out` is in bounds; `w` holds `R` weights per (channel, tap).
+        unsafe {
+            for (r, a) in acc.iter_mut().enumerate() {
+                *a = match init {
+                    super::Init::Bias(b) => [_mm256_set1_ps(b[r]); 2],
+                    super::Init::Output if MASKED => {
+                        let o = out.add(r * ldo);
+                        [_mm256_maskload_ps(o, m0), _mm256_maskload_ps(o.add(8), m1)]
+                    }
+                    super::Init::Output => {
+                        let o = out.add(r * ldo);
+                        [_mm256_loadu_ps(o), _mm256_loadu_ps(o.add(8))]
+                    }
+                };
+            }
+            for ci in 0..terms.channels {
+                let xc = x.add(ci * terms.chan);
+                for &off in terms.taps {
+                    let p = xc.add(off);
+                    let (x0, x1) = if MASKED {
+                        (_mm256_maskload_ps(p, m0), _mm256_maskload_ps(p.add(8), m1))
+                    } else {
+                        (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)))
+                    };
+                    for (r, a) in acc.iter_mut().enumerate() {
+                        let wv = _mm256_broadcast_ss(&*wp.add(r));
+                        a[0] = _mm256_fmadd_ps(wv, x0, a[0]);
+                        a[1] = _mm256_fmadd_ps(wv, x1, a[1]);
+                    }
+                    wp = wp.add(R);
+                }
+            }
+            for (r, a) in acc.iter().enumerate() {
+                let o = out.add(r * ldo);
+                if MASKED {
+                    _mm256_maskstore_ps(o, m0, a[0]);
+                    _mm256_maskstore_ps(o.add(8), m1, a[1]);
+                } else {
+                    _mm256_storeu_ps(o, a[0]);
+                    _mm256_storeu_ps(o.add(8), a[1]);
+                }
+            }
+        }
+    }
+}
