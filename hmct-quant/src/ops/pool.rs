@@ -216,6 +216,59 @@ fn max_pool<T: Copy + PartialOrd + Send + Sync>(
     (y, idx)
 }
 
+/// Max pooling without indices: the same maximum as [`max_pool`] (the first tap, then
+/// any later tap greater than it), summed up row by row with each tap's valid output
+/// range worked out once per row instead of per output.
+fn max_pool_values<T: Copy + PartialOrd + Send + Sync>(
+    x: &[T],
+    xs: &[usize],
+    g: &Win3,
+    pe: &[usize; 3],
+    lowest: T,
+) -> Vec<T> {
+    let (in_vol, out_vol) = (g.in_vol(), g.out_vol());
+    let planes = xs[0] * xs[1];
+    let [od_n, oh_n, ow_n] = g.out;
+    let [_, ih_n, iw_n] = g.input;
+    let outer: Vec<Vec<Vec<usize>>> = (0..2)
+        .map(|a| (0..g.out[a]).map(|o| taps(g, pe, a, o).0).collect())
+        .collect();
+    // Per width tap: the outputs whose tap lies inside the row, and the column of output 0.
+    let width_taps: Vec<(usize, usize, isize)> =
+        (0..g.kernel[2]).map(|k| g.inner_range(k)).collect();
+    let mut y = vec![lowest; planes * out_vol];
+    let plane = |(p, out): (usize, &mut [T])| {
+        let xp = &x[p * in_vol..][..in_vol];
+        let mut seen = vec![false; ow_n];
+        for od in 0..od_n {
+            for oh in 0..oh_n {
+                let orow = &mut out[(od * oh_n + oh) * ow_n..][..ow_n];
+                seen.fill(false);
+                for &d in &outer[0][od] {
+                    for &h in &outer[1][oh] {
+                        let row = &xp[(d * ih_n + h) * iw_n..][..iw_n];
+                        for &(lo, hi, off) in &width_taps {
+                            for ow in lo..hi {
+                                let v = row[((ow * g.stride[2]) as isize + off) as usize];
+                                if !seen[ow] || v > orow[ow] {
+                                    orow[ow] = v;
+                                    seen[ow] = true;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    if y.len() * g.k_vol() < (1 << 16) {
+        y.chunks_mut(out_vol.max(1)).enumerate().for_each(plane);
+    } else {
+        y.par_chunks_mut(out_vol.max(1)).enumerate().for_each(plane);
+    }
+    y
+}
+
 impl Kernel for PoolKernel {
     fn run(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
         let x = input(inputs, 0)?;
@@ -247,8 +300,13 @@ impl Kernel for PoolKernel {
         }
         macro_rules! mp {
             ($variant:ident, $a:expr, $low:expr) => {{
-                let (y, i) = max_pool(&contiguous($a), xs, &g, &pe, $low, self.column_major);
-                (Tensor::$variant(shaped(&shape, y)?), i)
+                if self.want_indices {
+                    let (y, i) = max_pool(&contiguous($a), xs, &g, &pe, $low, self.column_major);
+                    (Tensor::$variant(shaped(&shape, y)?), i)
+                } else {
+                    let y = max_pool_values(&contiguous($a), xs, &g, &pe, $low);
+                    (Tensor::$variant(shaped(&shape, y)?), Vec::new())
+                }
             }};
         }
         let (y, idx) = match x {
