@@ -243,17 +243,32 @@ fn max_pool_values<T: Copy + PartialOrd + Send + Sync>(
         for od in 0..od_n {
             for oh in 0..oh_n {
                 let orow = &mut out[(od * oh_n + oh) * ow_n..][..ow_n];
-                seen.fill(false);
-                for &d in &outer[0][od] {
-                    for &h in &outer[1][oh] {
-                        let row = &xp[(d * ih_n + h) * iw_n..][..iw_n];
-                        for &(lo, hi, off) in &width_taps {
-                            for ow in lo..hi {
-                                let v = row[((ow * g.stride[2]) as isize + off) as usize];
-                                if !seen[ow] || v > orow[ow] {
-                                    orow[ow] = v;
+                let rows = outer[0][od]
+                    .iter()
+                    .flat_map(|&d| outer[1][oh].iter().map(move |&h| d * ih_n + h));
+                for (i, r) in rows.enumerate() {
+                    let row = &xp[r * iw_n..][..iw_n];
+                    // Every output with a tap in the window's first row meets its first
+                    // tap there, so only that row tracks which outputs have one.
+                    if i == 0 {
+                        seen.fill(false);
+                    }
+                    let s = g.stride[2];
+                    for &(lo, hi, off) in &width_taps {
+                        let outs = orow.iter_mut().enumerate().take(hi).skip(lo);
+                        let col = |ow: usize| ((ow * s) as isize + off) as usize;
+                        if i == 0 {
+                            for (ow, o) in outs {
+                                let v = row[col(ow)];
+                                if !seen[ow] || v > *o {
+                                    *o = v;
                                     seen[ow] = true;
                                 }
+                            }
+                        } else {
+                            for (ow, o) in outs {
+                                let v = row[col(ow)];
+                                *o = if v > *o { v } else { *o };
                             }
                         }
                     }
