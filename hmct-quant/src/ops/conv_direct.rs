@@ -23,8 +23,8 @@ use super::matmul::gemm_util::{Scalar, SendPtr};
 const MR: usize = 6;
 const NR: usize = 16;
 /// Input elements one task reads per block of input channels (128 KiB, a quarter of
-/// a 512 KiB L2 cache), which sets how many output rows or columns a task covers. Fixed, so results never depend on
-/// threads.
+/// a 512 KiB L2 cache), which sets how many output rows or columns a task covers.
+/// Fixed, so results never depend on threads.
 const TASK_INPUT: usize = 1 << 15;
 /// Output channels per task when a conv has too few positions to split.
 const M_CHUNK: usize = 48;
