@@ -53,6 +53,38 @@ struct Case {
     p: [usize; 4],
 }
 
+/// One draw of the dense strategies: batch, input channels per group, groups, output
+/// channels per group, height, width, then kernel, stride, dilation and pads.
+type Draw = (
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    (usize, usize),
+    (usize, usize),
+    (usize, usize),
+    (usize, usize, usize, usize),
+);
+
+impl Case {
+    fn from_draw((n, cg, group, mg, h, w, k, s, d, p): Draw) -> Case {
+        Case {
+            n,
+            cg,
+            group,
+            mg,
+            h,
+            w,
+            k: [k.0, k.1],
+            s: [s.0, s.1],
+            d: [d.0, d.1],
+            p: [p.0, p.1, p.2, p.3],
+        }
+    }
+}
+
 /// Direct 2-D convolution in f64.
 fn reference(c: &Case, x: &[f32], wt: &[f32], b: &[f32]) -> (Vec<f32>, Vec<usize>) {
     let (ci, m) = (c.cg * c.group, c.mg * c.group);
@@ -153,18 +185,7 @@ fn case() -> impl Strategy<Value = Case> {
         (1usize..3, 1usize..3),
         (0usize..3, 0usize..3, 0usize..3, 0usize..3),
     )
-        .prop_map(|(n, cg, group, mg, h, w, k, s, d, p)| Case {
-            n,
-            cg,
-            group,
-            mg,
-            h,
-            w,
-            k: [k.0, k.1],
-            s: [s.0, s.1],
-            d: [d.0, d.1],
-            p: [p.0, p.1, p.2, p.3],
-        })
+        .prop_map(Case::from_draw)
         .prop_filter("window fits", window_fits)
 }
 
@@ -228,18 +249,7 @@ fn dense_case() -> impl Strategy<Value = Case> {
         (1usize..3, 1usize..3),
         (0usize..3, 0usize..3, 0usize..3, 0usize..3),
     )
-        .prop_map(|(n, cg, group, mg, h, w, k, s, d, p)| Case {
-            n,
-            cg,
-            group,
-            mg,
-            h,
-            w,
-            k: [k.0, k.1],
-            s: [s.0, s.1],
-            d: [d.0, d.1],
-            p: [p.0, p.1, p.2, p.3],
-        })
+        .prop_map(Case::from_draw)
         .prop_filter("window fits", window_fits)
 }
 
