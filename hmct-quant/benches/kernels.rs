@@ -1,5 +1,6 @@
-//! Kernel benchmarks: fake quantization (in and out of cache), Conv (3x3 dense and
-//! depthwise at 160x160), MatMul 512³. Run with `cargo bench -p hmct-quant`.
+//! Kernel benchmarks: fake quantization (in and out of cache), Conv (the shapes of the
+//! detector and of MTCNN), MaxPool (MTCNN's), MatMul 512³. Run with
+//! `cargo bench -p hmct-quant`.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use hmct_proto::onnx::AttributeProto;
@@ -92,7 +93,7 @@ fn conv(c: &mut Criterion) {
     let mut g = c.benchmark_group("conv");
     g.sample_size(20);
     // (name, input channels, output channels, group, kernel, stride, pad, input size)
-    let shapes: [(&str, usize, usize, usize, usize, usize, usize, usize); 7] = [
+    let shapes: [(&str, usize, usize, usize, usize, usize, usize, usize); 9] = [
         ("3x3_64to64_160x160", 64, 64, 1, 3, 1, 1, 160),
         ("depthwise3x3_64_160x160", 64, 64, 64, 3, 1, 1, 160),
         ("1x1_64to64_160x160", 64, 64, 1, 1, 1, 0, 160),
@@ -100,6 +101,8 @@ fn conv(c: &mut Criterion) {
         ("3x3s2_3to16_640x640", 3, 16, 1, 3, 2, 1, 640),
         ("1x1_16to32_320x320", 16, 32, 1, 1, 1, 0, 320),
         ("1x1_384to384_20x20", 384, 384, 1, 1, 1, 0, 20),
+        ("3x3_32to64_23x23", 32, 64, 1, 3, 1, 0, 23),
+        ("3x3_64to64_10x10", 64, 64, 1, 3, 1, 0, 10),
     ];
     for (i, (name, ci, co, group, k, s, p, size)) in shapes.into_iter().enumerate() {
         let seed = 10 * i as u32;
@@ -123,6 +126,27 @@ fn conv(c: &mut Criterion) {
     g.finish();
 }
 
+fn max_pool(c: &mut Criterion) {
+    let mut g = c.benchmark_group("max_pool");
+    // (name, channels, input size, kernel, stride); throughput in input elements.
+    let shapes: [(&str, usize, usize, usize, usize); 3] = [
+        ("3x3s2_32_46x46", 32, 46, 3, 2),
+        ("3x3s2_64_21x21", 64, 21, 3, 2),
+        ("2x2s2_10_158x158", 10, 158, 2, 2),
+    ];
+    for (i, (name, ch, size, k, s)) in shapes.into_iter().enumerate() {
+        let x = tensor(&[1, ch, size, size], 100 + i as u32);
+        let attrs = [
+            ints("kernel_shape", &[k as i64; 2]),
+            ints("strides", &[s as i64; 2]),
+        ];
+        let kp = kernel("MaxPool", &attrs, 1);
+        g.throughput(Throughput::Elements((ch * size * size) as u64));
+        g.bench_function(name, |bch| bch.iter(|| kp.run(&[Some(&x)]).unwrap()));
+    }
+    g.finish();
+}
+
 fn matmul(c: &mut Criterion) {
     let mut g = c.benchmark_group("matmul");
     let a = tensor(&[512, 512], 8);
@@ -135,5 +159,5 @@ fn matmul(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, fake_quant, conv, matmul);
+criterion_group!(benches, fake_quant, conv, max_pool, matmul);
 criterion_main!(benches);

@@ -216,72 +216,352 @@ fn max_pool<T: Copy + PartialOrd + Send + Sync>(
     (y, idx)
 }
 
-/// Max pooling without indices: the same maximum as [`max_pool`] (the first tap, then
-/// any later tap greater than it), summed up row by row with each tap's valid output
-/// range worked out once per row instead of per output.
-fn max_pool_values<T: Copy + PartialOrd + Send + Sync>(
-    x: &[T],
-    xs: &[usize],
-    g: &Win3,
-    pe: &[usize; 3],
-    lowest: T,
-) -> Vec<T> {
+/// Max pooling without indices: the same maximum as [`max_pool`] (the window's first
+/// tap inside the data, then any later tap greater than it), a whole plane per tap.
+///
+/// Each depth slice of a plane is copied, with its padding, into `sh × sw` phase
+/// planes: padded row `r`, column `c` goes to phase plane `(r % sh, c % sw)`, row
+/// `r / sh`, column `c / sw`. A kernel tap then reads the rows and columns of every
+/// output at consecutive places of one phase plane, so the tap is one element-wise max
+/// over a contiguous run (the output is laid out at the phase plane's row width, and
+/// trimmed after). Padding holds `skip`, a value `v > o` never accepts (NaN for floats,
+/// the minimum for integers); each output starts from its first tap inside the data,
+/// which the fold over all taps then meets again without effect.
+fn max_pool_values<T: PoolElem>(x: &[T], xs: &[usize], g: &Win3, lowest: T, skip: T) -> Vec<T> {
     let (in_vol, out_vol) = (g.in_vol(), g.out_vol());
     let planes = xs[0] * xs[1];
-    let [od_n, oh_n, ow_n] = g.out;
-    let [_, ih_n, iw_n] = g.input;
-    let outer: Vec<Vec<Vec<usize>>> = (0..2)
-        .map(|a| (0..g.out[a]).map(|o| taps(g, pe, a, o).0).collect())
-        .collect();
-    // Per width tap: the outputs whose tap lies inside the row, and the column of output 0.
-    let width_taps: Vec<(usize, usize, isize)> =
-        (0..g.kernel[2]).map(|k| g.inner_range(k)).collect();
     let mut y = vec![lowest; planes * out_vol];
-    let plane = |(p, out): (usize, &mut [T])| {
+    if out_vol == 0 || in_vol == 0 {
+        return y;
+    }
+    let geo = PhaseGeometry::new(g);
+    let plane = |scratch: &mut (Vec<T>, Vec<T>), (p, out): (usize, &mut [T])| {
+        let (split, wide) = scratch;
         let xp = &x[p * in_vol..][..in_vol];
-        let mut seen = vec![false; ow_n];
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2.
+            unsafe { geo.plane_avx2(xp, out, split, wide, lowest, skip) };
+            return;
+        }
+        geo.plane(xp, out, split, wide, lowest, skip);
+    };
+    if y.len() * g.k_vol() < (1 << 16) {
+        let mut scratch = (Vec::new(), Vec::new());
+        y.chunks_mut(out_vol)
+            .enumerate()
+            .for_each(|po| plane(&mut scratch, po));
+    } else {
+        y.par_chunks_mut(out_vol)
+            .enumerate()
+            .for_each_init(|| (Vec::new(), Vec::new()), plane);
+    }
+    y
+}
+
+/// Element types of [`max_pool_values`], with its inner loop.
+trait PoolElem: Copy + PartialOrd + Send + Sync {
+    /// `dst[i] = if src[i] > dst[i] { src[i] } else { dst[i] }` over equal lengths.
+    #[inline(always)]
+    fn max_into(dst: &mut [Self], src: &[Self]) {
+        for (o, &v) in dst.iter_mut().zip(src) {
+            *o = if v > *o { v } else { *o };
+        }
+    }
+
+    /// `even[i] = row[2i]`, `odd[i] = row[2i + 1]` for every whole pair that fits.
+    #[inline(always)]
+    fn deinterleave(row: &[Self], even: &mut [Self], odd: &mut [Self]) {
+        for ((e, o), pair) in even.iter_mut().zip(odd.iter_mut()).zip(row.chunks_exact(2)) {
+            *e = pair[0];
+            *o = pair[1];
+        }
+    }
+}
+
+impl PoolElem for f64 {}
+impl PoolElem for f16 {}
+impl PoolElem for i8 {}
+impl PoolElem for u8 {}
+
+impl PoolElem for f32 {
+    #[inline(always)]
+    fn deinterleave(row: &[f32], even: &mut [f32], odd: &mut [f32]) {
+        let pairs = (row.len() / 2).min(even.len()).min(odd.len());
+        let mut done = 0;
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2; `pairs` bounds every access.
+            done = unsafe { deinterleave_avx2(row, even, odd, pairs) };
+        }
+        for i in done..pairs {
+            even[i] = row[2 * i];
+            odd[i] = row[2 * i + 1];
+        }
+    }
+
+    #[inline(always)]
+    fn max_into(dst: &mut [f32], src: &[f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx") {
+            // SAFETY: the CPU has AVX.
+            unsafe { max_into_avx(dst, src) };
+            return;
+        }
+        for (o, &v) in dst.iter_mut().zip(src) {
+            *o = if v > *o { v } else { *o };
+        }
+    }
+}
+
+/// [`PoolElem::max_into`] for f32 with `vmaxps`, which is exactly `v > o ? v : o`
+/// lane by lane. Written out because the compiler turns the plain loop into masked
+/// stores, which are slower than the loop they replace.
+///
+/// # Safety
+/// The CPU has AVX.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+unsafe fn max_into_avx(dst: &mut [f32], src: &[f32]) {
+    use std::arch::x86_64::*;
+    let n = dst.len().min(src.len());
+    let full = n / 8 * 8;
+    // SAFETY: every access is below `n`, inside both slices.
+    unsafe {
+        for i in (0..full).step_by(8) {
+            let o = dst.as_mut_ptr().add(i);
+            let v = _mm256_loadu_ps(src.as_ptr().add(i));
+            _mm256_storeu_ps(o, _mm256_max_ps(v, _mm256_loadu_ps(o)));
+        }
+    }
+    for (o, &v) in dst[full..n].iter_mut().zip(&src[full..n]) {
+        *o = if v > *o { v } else { *o };
+    }
+}
+
+/// [`PoolElem::deinterleave`] for f32, eight pairs at a time; returns the pairs done.
+///
+/// # Safety
+/// The CPU has AVX2; `row` holds `2 * pairs` values, `even` and `odd` `pairs` each.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn deinterleave_avx2(row: &[f32], even: &mut [f32], odd: &mut [f32], pairs: usize) -> usize {
+    use std::arch::x86_64::*;
+    let full = pairs / 8 * 8;
+    // SAFETY: reads below `2 * full` of `row`, writes below `full` of `even`, `odd`.
+    unsafe {
+        for i in (0..full).step_by(8) {
+            let a = _mm256_loadu_ps(row.as_ptr().add(2 * i));
+            let b = _mm256_loadu_ps(row.as_ptr().add(2 * i + 8));
+            // Within each 128-bit half: a's and b's even (odd) lanes; then the 64-bit
+            // quarters reordered to a0 a2 a4 a6 b0 b2 b4 b6.
+            let e = _mm256_shuffle_ps::<0b10_00_10_00>(a, b);
+            let o = _mm256_shuffle_ps::<0b11_01_11_01>(a, b);
+            let e = _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(e)));
+            let o = _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(o)));
+            _mm256_storeu_ps(even.as_mut_ptr().add(i), e);
+            _mm256_storeu_ps(odd.as_mut_ptr().add(i), o);
+        }
+    }
+    full
+}
+
+/// Where [`max_pool_values`] puts a plane's padded rows and columns.
+struct PhaseGeometry {
+    g: Win3,
+    /// Rows and columns of one phase plane.
+    rows: usize,
+    cols: usize,
+    /// Padded rows and columns any window reaches.
+    need_rows: usize,
+    need_cols: usize,
+    /// Per output row, column and depth: its first tap inside the data, if any.
+    first: [Vec<Option<usize>>; 3],
+    /// Whether every output's first tap is tap 0 on every axis.
+    first_is_zero: bool,
+}
+
+impl PhaseGeometry {
+    fn new(g: &Win3) -> PhaseGeometry {
+        let need = |a: usize| (g.out[a] - 1) * g.stride[a] + (g.kernel[a] - 1) * g.dil[a] + 1;
+        let first: [Vec<Option<usize>>; 3] = std::array::from_fn(|a| {
+            (0..g.out[a])
+                .map(|o| {
+                    (0..g.kernel[a])
+                        .map(|k| (o * g.stride[a] + k * g.dil[a]) as isize - g.pad[a])
+                        .find(|&p| p >= 0 && (p as usize) < g.input[a])
+                        .map(|p| p as usize)
+                })
+                .collect()
+        });
+        let first_is_zero = (0..3).all(|a| {
+            first[a]
+                .iter()
+                .enumerate()
+                .all(|(o, f)| *f == Some(o * g.stride[a]) && g.pad[a] == 0)
+        });
+        PhaseGeometry {
+            g: *g,
+            rows: need(1).div_ceil(g.stride[1]),
+            cols: need(2).div_ceil(g.stride[2]),
+            need_rows: need(1),
+            need_cols: need(2),
+            first,
+            first_is_zero,
+        }
+    }
+
+    fn phase_planes(&self) -> usize {
+        self.g.stride[1] * self.g.stride[2]
+    }
+
+    /// Pools one plane `x` into `out`, with `split` and `wide` as scratch.
+    /// [`Self::plane`] compiled for AVX2, where the compiler vectorizes the row split
+    /// and the max eight lanes wide.
+    ///
+    /// # Safety
+    /// The CPU has AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn plane_avx2<T: PoolElem>(
+        &self,
+        x: &[T],
+        out: &mut [T],
+        split: &mut Vec<T>,
+        wide: &mut Vec<T>,
+        lowest: T,
+        skip: T,
+    ) {
+        self.plane(x, out, split, wide, lowest, skip);
+    }
+
+    #[inline(always)]
+    fn plane<T: PoolElem>(
+        &self,
+        x: &[T],
+        out: &mut [T],
+        split: &mut Vec<T>,
+        wide: &mut Vec<T>,
+        lowest: T,
+        skip: T,
+    ) {
+        let g = &self.g;
+        let [id_n, ih_n, iw_n] = g.input;
+        let [od_n, oh_n, ow_n] = g.out;
+        let [_, sh, sw] = g.stride;
+        let phase_vol = self.rows * self.cols;
+        let slice_vol = self.phase_planes() * phase_vol;
+        split.clear();
+        split.resize(id_n * slice_vol, skip);
+        let (pad_h, pad_w) = (g.pad[1] as usize, g.pad[2] as usize);
+        let used_cols = iw_n.min(self.need_cols.saturating_sub(pad_w));
+        for (d, dst) in split.chunks_exact_mut(slice_vol).enumerate() {
+            for h in 0..ih_n {
+                let r = h + pad_h;
+                if r >= self.need_rows {
+                    break;
+                }
+                let row = &x[(d * ih_n + h) * iw_n..][..used_cols];
+                let first_phase = (r % sh) * sw * phase_vol + (r / sh) * self.cols;
+                scatter_row(row, &mut dst[first_phase..], pad_w, sw, phase_vol);
+            }
+        }
+        // Outputs at the phase plane's row width; the last row only as long as needed.
+        let run = (oh_n - 1) * self.cols + ow_n;
+        let in_place = self.cols == ow_n;
+        if !in_place {
+            wide.clear();
+            wide.resize(run, lowest);
+        }
         for od in 0..od_n {
-            for oh in 0..oh_n {
-                let orow = &mut out[(od * oh_n + oh) * ow_n..][..ow_n];
-                let rows = outer[0][od]
-                    .iter()
-                    .flat_map(|&d| outer[1][oh].iter().map(move |&h| d * ih_n + h));
-                for (i, r) in rows.enumerate() {
-                    let row = &xp[r * iw_n..][..iw_n];
-                    // Every output with a tap in the window's first row meets its first
-                    // tap there, so only that row tracks which outputs have one.
-                    if i == 0 {
-                        seen.fill(false);
-                    }
-                    let s = g.stride[2];
-                    for &(lo, hi, off) in &width_taps {
-                        let outs = orow.iter_mut().enumerate().take(hi).skip(lo);
-                        let col = |ow: usize| ((ow * s) as isize + off) as usize;
-                        if i == 0 {
-                            for (ow, o) in outs {
-                                let v = row[col(ow)];
-                                if !seen[ow] || v > *o {
-                                    *o = v;
-                                    seen[ow] = true;
-                                }
-                            }
-                        } else {
-                            for (ow, o) in outs {
-                                let v = row[col(ow)];
-                                *o = if v > *o { v } else { *o };
-                            }
-                        }
-                    }
+            if in_place {
+                self.fold(x, split, od, &mut out[od * oh_n * ow_n..][..run], lowest);
+            } else {
+                self.fold(x, split, od, &mut wide[..run], lowest);
+                let out = &mut out[od * oh_n * ow_n..][..oh_n * ow_n];
+                for (o, w) in out.chunks_exact_mut(ow_n).zip(wide.chunks(self.cols)) {
+                    o.copy_from_slice(&w[..ow_n]);
                 }
             }
         }
-    };
-    if y.len() * g.k_vol() < (1 << 16) {
-        y.chunks_mut(out_vol.max(1)).enumerate().for_each(plane);
-    } else {
-        y.par_chunks_mut(out_vol.max(1)).enumerate().for_each(plane);
     }
-    y
+
+    /// The outputs of depth `od` at the phase planes' row width, from the plane `x` and
+    /// its phase-split copy.
+    #[inline(always)]
+    fn fold<T: PoolElem>(&self, x: &[T], split: &[T], od: usize, dst: &mut [T], lowest: T) {
+        let g = &self.g;
+        let [_, ih_n, iw_n] = g.input;
+        let [_, oh_n, ow_n] = g.out;
+        let [_, sh, sw] = g.stride;
+        let phase_vol = self.rows * self.cols;
+        let slice_vol = self.phase_planes() * phase_vol;
+        let run = dst.len();
+        let Some(fd) = self.first[0][od] else {
+            // A window wholly in depth padding: nothing to take the maximum of.
+            dst.fill(lowest);
+            return;
+        };
+        if self.first_is_zero {
+            dst.copy_from_slice(&split[fd * slice_vol..][..run]);
+        } else {
+            for oh in 0..oh_n {
+                for ow in 0..ow_n {
+                    dst[oh * self.cols + ow] = match (self.first[1][oh], self.first[2][ow]) {
+                        (Some(h), Some(w)) => x[(fd * ih_n + h) * iw_n + w],
+                        _ => lowest,
+                    };
+                }
+            }
+        }
+        for kd in 0..g.kernel[0] {
+            let Some(d) = (od * g.stride[0] + kd * g.dil[0])
+                .checked_sub(g.pad[0] as usize)
+                .filter(|&d| d < g.input[0])
+            else {
+                continue;
+            };
+            let slice = &split[d * slice_vol..][..slice_vol];
+            for kh in 0..g.kernel[1] {
+                let r = kh * g.dil[1];
+                for kw in 0..g.kernel[2] {
+                    let c = kw * g.dil[2];
+                    let at = ((r % sh) * sw + c % sw) * phase_vol + (r / sh) * self.cols + c / sw;
+                    T::max_into(dst, &slice[at..][..run]);
+                }
+            }
+        }
+    }
+}
+
+/// Writes `row` (columns from padded column `pad`) into `sw` phase rows `phase_vol`
+/// apart in `dst`: padded column `c` goes to phase `c % sw`, slot `c / sw`.
+#[inline(always)]
+fn scatter_row<T: PoolElem>(row: &[T], dst: &mut [T], pad: usize, sw: usize, phase_vol: usize) {
+    match sw {
+        1 => dst[pad..][..row.len()].copy_from_slice(row),
+        2 => {
+            // Even input columns land in phase `pad % 2`, odd ones in the other.
+            let (lo, hi) = dst.split_at_mut(phase_vol);
+            let (even, odd) = if pad.is_multiple_of(2) {
+                (lo, hi)
+            } else {
+                (hi, lo)
+            };
+            let even = &mut even[pad / 2..];
+            let odd = &mut odd[pad.div_ceil(2)..];
+            T::deinterleave(row, even, odd);
+            if row.len() % 2 == 1 {
+                even[row.len() / 2] = row[row.len() - 1];
+            }
+        }
+        _ => {
+            for (i, &v) in row.iter().enumerate() {
+                let c = i + pad;
+                dst[c % sw * phase_vol + c / sw] = v;
+            }
+        }
+    }
 }
 
 impl Kernel for PoolKernel {
@@ -314,22 +594,22 @@ impl Kernel for PoolKernel {
             return Ok(vec![out]);
         }
         macro_rules! mp {
-            ($variant:ident, $a:expr, $low:expr) => {{
+            ($variant:ident, $a:expr, $low:expr, $skip:expr) => {{
                 if self.want_indices {
                     let (y, i) = max_pool(&contiguous($a), xs, &g, &pe, $low, self.column_major);
                     (Tensor::$variant(shaped(&shape, y)?), i)
                 } else {
-                    let y = max_pool_values(&contiguous($a), xs, &g, &pe, $low);
+                    let y = max_pool_values(&contiguous($a), xs, &g, $low, $skip);
                     (Tensor::$variant(shaped(&shape, y)?), Vec::new())
                 }
             }};
         }
         let (y, idx) = match x {
-            Tensor::F32(a) => mp!(F32, a, f32::NEG_INFINITY),
-            Tensor::F64(a) => mp!(F64, a, f64::NEG_INFINITY),
-            Tensor::F16(a) => mp!(F16, a, f16::NEG_INFINITY),
-            Tensor::I8(a) => mp!(I8, a, i8::MIN),
-            Tensor::U8(a) => mp!(U8, a, u8::MIN),
+            Tensor::F32(a) => mp!(F32, a, f32::NEG_INFINITY, f32::NAN),
+            Tensor::F64(a) => mp!(F64, a, f64::NEG_INFINITY, f64::NAN),
+            Tensor::F16(a) => mp!(F16, a, f16::NEG_INFINITY, f16::NAN),
+            Tensor::I8(a) => mp!(I8, a, i8::MIN, i8::MIN),
+            Tensor::U8(a) => mp!(U8, a, u8::MIN, u8::MIN),
             other => {
                 return Err(OpError::unsupported(format!(
                     "MaxPool on {}",
