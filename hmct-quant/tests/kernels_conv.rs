@@ -264,7 +264,9 @@ proptest! {
 /// Shapes at the direct kernel's edges: one output channel past a 6-channel block,
 /// rows of exactly 16 and 32 positions, a 1×1 conv over a plane of 16k+1 positions,
 /// a conv with so few positions that it splits output channels into chunks, and
-/// convs whose sums run over several blocks of input channels.
+/// convs whose sums run over several blocks of input channels, and unpadded convs on
+/// narrow rows that run as one line at the input's row width (split into several
+/// tasks, several channel blocks or channel chunks, dilated, batched and grouped).
 #[test]
 fn dense_tile_edges() {
     let base = Case {
@@ -328,6 +330,39 @@ fn dense_tile_edges() {
             w: 7,
             cg: 300,
             k: [1, 1],
+            p: [0; 4],
+            ..base.clone()
+        },
+        // one line at the input's row width
+        Case {
+            h: 23,
+            w: 23,
+            cg: 32,
+            mg: 64,
+            p: [0; 4],
+            ..base.clone()
+        },
+        Case {
+            h: 4,
+            w: 4,
+            cg: 80,
+            mg: 100,
+            k: [2, 2],
+            p: [0; 4],
+            ..base.clone()
+        },
+        Case {
+            h: 12,
+            w: 12,
+            d: [2, 2],
+            p: [0; 4],
+            ..base.clone()
+        },
+        Case {
+            n: 2,
+            group: 2,
+            h: 10,
+            w: 11,
             p: [0; 4],
             ..base.clone()
         },

@@ -11,7 +11,10 @@
 //! channels at a time right before they are used (so the copy stays in cache), into
 //! rows with the zero padding in place and split into `stride` phases (columns
 //! `p, p + s, p + 2s, ...`): every tap of every output tile then reads 16 consecutive
-//! values. Each output element is `bias + Σ_c Σ_taps w·x` summed in that order with
+//! values. Unpadded stride-1 convs on narrow rows, whose last tile per row would be
+//! mostly empty, are summed as one line at the input's row width instead (the few
+//! positions between rows are computed and dropped), so nearly every tile is full.
+//! Each output element is `bias + Σ_c Σ_taps w·x` summed in that order with
 //! fused multiply-adds, whatever the tiling or the thread count.
 
 use rayon::prelude::*;
@@ -52,6 +55,16 @@ pub(crate) fn fits(g: &Win3, cg: usize) -> bool {
     cg > 1 && g.input[0] == 1 && g.out[0] == 1 && g.kernel[0] == 1 && g.pad.iter().all(|&p| p >= 0)
 }
 
+/// Whether `oh` output rows of `ow` positions fill more of the `NR`-wide tiles as one
+/// line at the input's row width `iw` than row by row: narrow rows leave most of their
+/// last tile empty, a wide line only the `iw - ow` positions each row skips.
+fn wide_fills_better(oh: usize, ow: usize, iw: usize) -> bool {
+    let by_rows = oh * ow.next_multiple_of(NR);
+    let wide = ((oh - 1) * iw + ow).next_multiple_of(NR);
+    // Tiles computed, with a margin for the trim copy.
+    wide * 10 < by_rows * 9
+}
+
 /// How the kernel reads one input channel: output line `l`, position `j` and tap `t`
 /// read element `l * line_stride + j + taps[t]` of the channel (as is, or its copy).
 struct Layout {
@@ -67,6 +80,9 @@ struct Layout {
     /// Padded rows between consecutive output lines, and rows one output line reads.
     row_step: usize,
     window_rows: usize,
+    /// Positions are counted at the input's row width `wide` (one line over the whole
+    /// plane, `wide - ow` unused positions per row) and trimmed into the output.
+    wide: Option<usize>,
 }
 
 impl Layout {
@@ -85,10 +101,12 @@ impl Layout {
             let taps = (0..kh)
                 .flat_map(|a| (0..kw).map(move |b| a * dh * iw + b * dw))
                 .collect();
-            let (lines, line_len, line_stride) = if sh == 1 && ow == iw {
-                (1, oh * ow, 0)
+            let (lines, line_len, line_stride, wide) = if sh == 1 && ow == iw {
+                (1, oh * ow, 0, None)
+            } else if sh == 1 && wide_fills_better(oh, ow, iw) {
+                (1, (oh - 1) * iw + ow, 0, Some(iw))
             } else {
-                (oh, ow, sh * iw)
+                (oh, ow, sh * iw, None)
             };
             return Layout {
                 lines,
@@ -100,6 +118,7 @@ impl Layout {
                 phase: iw,
                 row_step: sh,
                 window_rows: (kh - 1) * dh + 1,
+                wide,
             };
         }
         let phase = cols.div_ceil(sw);
@@ -119,6 +138,7 @@ impl Layout {
             phase,
             row_step: sh,
             window_rows: (kh - 1) * dh + 1,
+            wide: None,
         }
     }
 
@@ -237,73 +257,132 @@ pub(crate) fn conv(
         let m1 = (m0 + m_chunk).min(mg);
         let xg = &x[(b * c + gi * cg) * in_vol..][..cg * in_vol];
         let yp = yp;
-        // Input channels in blocks; later blocks add to the sums stored by earlier
-        // ones (exact: f32 values round-trip through memory).
-        for c0 in (0..cg).step_by(c_block) {
-            let cn = c_block.min(cg - c0);
-            // The padded rows these lines read, of this block's channels, copied into
-            // a per-thread buffer that stays in cache; plain input is read in place.
-            let first_row = l0 * lay.row_step;
-            let copy_rows = (l1 - 1 - l0) * lay.row_step + lay.window_rows;
-            let copy_len = if lay.copy {
-                cn * copy_rows * lay.row_len
-            } else {
-                0
-            };
-            f32::with_scratch(copy_len, |buf| {
-                let (xs, chan, line0) = if lay.copy {
-                    for (ci, dst) in buf.chunks_exact_mut(copy_rows * lay.row_len).enumerate() {
-                        lay.fill_rows(g, &xg[(c0 + ci) * in_vol..][..in_vol], dst, first_row);
-                    }
-                    (&buf[..], copy_rows * lay.row_len, l0)
+        // Wide lines are summed into a buffer of the task's channels × positions, and
+        // trimmed into `y` at the end; other tasks write to `y` directly.
+        let wide_len = match lay.wide {
+            Some(_) => (m1 - m0) * (j1 - j0),
+            None => 0,
+        };
+        f32::with_scratch(wide_len, |wide_buf| {
+            let wide_ptr = SendPtr(wide_buf.as_mut_ptr());
+            // Input channels in blocks; later blocks add to the sums stored by earlier
+            // ones (exact: f32 values round-trip through memory).
+            for c0 in (0..cg).step_by(c_block) {
+                let cn = c_block.min(cg - c0);
+                // The padded rows these lines read, of this block's channels, copied into
+                // a per-thread buffer that stays in cache; plain input is read in place.
+                let first_row = l0 * lay.row_step;
+                let copy_rows = (l1 - 1 - l0) * lay.row_step + lay.window_rows;
+                let copy_len = if lay.copy {
+                    cn * copy_rows * lay.row_len
                 } else {
-                    (&xg[c0 * in_vol..], in_vol, 0)
+                    0
                 };
-                // Output channels [mb, mb + MR) × positions [j, j + len) of line l.
-                let run = |l: usize, j: usize, len: usize, mb: usize| {
-                    let rows = MR.min(m1 - mb);
-                    let ch = gi * mg + mb;
-                    let wq = &packed[ch * kdim + c0 * k_vol * rows..][..cn * k_vol * rows];
-                    let base = (l - line0) * lay.line_stride + j;
-                    let init = Init::new(c0, bias, ch, rows);
-                    // SAFETY: this writes channels [ch, ch + rows) × positions
-                    // [l*line_len + j, + len) of image b, a region no other task writes
-                    // (tasks split images, groups, channel chunks and lines or
-                    // columns), inside `y`'s n*m*out_vol elements. Reads stay inside
-                    // `xs`: `cn` channels of `chan` elements, where position j + len - 1
-                    // of line l plus the last tap is the last element an output needs.
-                    unsafe {
-                        let out = yp.0.add((b * m + ch) * out_vol + l * lay.line_len + j);
-                        let terms = Terms {
-                            chan,
-                            channels: cn,
-                            taps: &lay.taps,
-                            w: wq,
-                        };
-                        segment(xs, base, terms, rows, init, out, out_vol, len);
-                    }
-                };
-                for l in l0..l1 {
-                    if channels_inner {
-                        // The tile's input stays in L1 across the channel's row blocks.
-                        for j in (j0..j1).step_by(NR) {
-                            let len = NR.min(j1 - j);
-                            (m0..m1).step_by(MR).for_each(|mb| run(l, j, len, mb));
+                f32::with_scratch(copy_len, |buf| {
+                    let (xs, chan, line0) = if lay.copy {
+                        for (ci, dst) in buf.chunks_exact_mut(copy_rows * lay.row_len).enumerate() {
+                            lay.fill_rows(g, &xg[(c0 + ci) * in_vol..][..in_vol], dst, first_row);
                         }
+                        (&buf[..], copy_rows * lay.row_len, l0)
                     } else {
-                        // Six output rows are written at a time, a stream each.
-                        for mb in (m0..m1).step_by(MR) {
-                            run(l, j0, j1 - j0, mb);
+                        (&xg[c0 * in_vol..], in_vol, 0)
+                    };
+                    // Output channels [mb, mb + MR) × positions [j, j + len) of line l.
+                    let run = |l: usize, j: usize, len: usize, mb: usize| {
+                        let rows = MR.min(m1 - mb);
+                        let ch = gi * mg + mb;
+                        let wq = &packed[ch * kdim + c0 * k_vol * rows..][..cn * k_vol * rows];
+                        let base = (l - line0) * lay.line_stride + j;
+                        let init = Init::new(c0, bias, ch, rows);
+                        // SAFETY: this writes channels [ch, ch + rows) × positions
+                        // [l*line_len + j, + len) of image b, a region no other task writes
+                        // (tasks split images, groups, channel chunks and lines or
+                        // columns), inside `y`'s n*m*out_vol elements or this task's
+                        // wide buffer of (m1 - m0) × (j1 - j0). Reads stay inside
+                        // `xs`: `cn` channels of `chan` elements, where position j + len - 1
+                        // of line l plus the last tap is the last element an output needs.
+                        unsafe {
+                            let (out, ldo) = match lay.wide {
+                                Some(_) => {
+                                    (wide_ptr.0.add((mb - m0) * (j1 - j0) + j - j0), j1 - j0)
+                                }
+                                None => (
+                                    yp.0.add((b * m + ch) * out_vol + l * lay.line_len + j),
+                                    out_vol,
+                                ),
+                            };
+                            let terms = Terms {
+                                chan,
+                                channels: cn,
+                                taps: &lay.taps,
+                                w: wq,
+                            };
+                            segment(xs, base, terms, rows, init, out, ldo, len);
+                        }
+                    };
+                    for l in l0..l1 {
+                        if channels_inner {
+                            // The tile's input stays in L1 across the channel's row blocks.
+                            for j in (j0..j1).step_by(NR) {
+                                let len = NR.min(j1 - j);
+                                (m0..m1).step_by(MR).for_each(|mb| run(l, j, len, mb));
+                            }
+                        } else {
+                            // Six output rows are written at a time, a stream each.
+                            for mb in (m0..m1).step_by(MR) {
+                                run(l, j0, j1 - j0, mb);
+                            }
                         }
                     }
-                }
-            });
-        }
+                });
+            }
+            if let Some(iw) = lay.wide {
+                let first = (b * m + gi * mg + m0) * out_vol;
+                // SAFETY: the output positions of wide positions [j0, j1) of channels
+                // [m0, m1) belong to this task alone, inside `y`.
+                unsafe { trim_wide(wide_buf, j0..j1, iw, g.out[2], yp.0.add(first), out_vol) };
+            }
+        });
     };
     if tasks == 1 || work < SERIAL_WORK {
         (0..tasks).for_each(task);
     } else {
         (0..tasks).into_par_iter().for_each(task);
+    }
+}
+
+/// Copies the sums of wide positions `span` (one row of `span.len()` per channel in
+/// `sums`) to the outputs they stand for: wide position `p` is output row `p / iw`,
+/// column `p % iw`, and columns from `ow` on are not outputs.
+///
+/// # Safety
+/// `y` points to as many output planes of `out_vol` values as `sums` has channels.
+unsafe fn trim_wide(
+    sums: &[f32],
+    span: std::ops::Range<usize>,
+    iw: usize,
+    ow: usize,
+    y: *mut f32,
+    out_vol: usize,
+) {
+    for (r, sums) in sums.chunks_exact(span.len()).enumerate() {
+        let mut p = span.start;
+        while p < span.end {
+            let (row, col) = (p / iw, p % iw);
+            if col < ow {
+                let end = (row * iw + ow).min(span.end);
+                // SAFETY: row < out rows and col..col + end - p within the row, so the
+                // target is inside plane r.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        sums.as_ptr().add(p - span.start),
+                        y.add(r * out_vol + row * ow + col),
+                        end - p,
+                    );
+                }
+            }
+            p = ((row + 1) * iw).min(span.end);
+        }
     }
 }
 
