@@ -415,9 +415,8 @@ impl PhaseGeometry {
         self.g.stride[1] * self.g.stride[2]
     }
 
-    /// Pools one plane `x` into `out`, with `split` and `wide` as scratch.
-    /// [`Self::plane`] compiled for AVX2, where the compiler vectorizes the row split
-    /// and the max eight lanes wide.
+    /// [`Self::plane`] compiled for AVX2, so the loops without hand-written vector
+    /// code (other element types, odd strides) vectorize eight lanes wide.
     ///
     /// # Safety
     /// The CPU has AVX2.
@@ -435,6 +434,7 @@ impl PhaseGeometry {
         self.plane(x, out, split, wide, lowest, skip);
     }
 
+    /// Pools one plane `x` into `out`, with `split` and `wide` as scratch.
     #[inline(always)]
     fn plane<T: PoolElem>(
         &self,
