@@ -366,6 +366,15 @@ fn dense_tile_edges() {
             p: [0; 4],
             ..base.clone()
         },
+        // so many output channels that the wide buffer bounds the task's positions
+        Case {
+            h: 12,
+            w: 12,
+            cg: 2,
+            mg: 600,
+            p: [0; 4],
+            ..base.clone()
+        },
     ];
     for c in cases {
         matches_reference(&c, 17).unwrap();

@@ -36,6 +36,9 @@ const M_CHUNK: usize = 48;
 const K_BLOCK: usize = 256;
 /// Multiply-adds below which a conv runs on the calling thread.
 const SERIAL_WORK: usize = 1 << 20;
+/// Most sums one task keeps in its wide-line buffer (256 KiB), which bounds the
+/// per-thread scratch that buffer leaves behind.
+const WIDE_SUMS: usize = 1 << 16;
 
 /// Whether this CPU runs the direct kernel.
 pub(crate) fn available() -> bool {
@@ -221,7 +224,10 @@ pub(crate) fn conv(
     // alone give few tasks.
     let c_block = (K_BLOCK / k_vol).clamp(1, cg);
     let (line_group, col_chunk) = if lay.lines == 1 {
-        let cols = (TASK_INPUT / (c_block * k_vol)).max(NR) / NR * NR;
+        let mut cols = (TASK_INPUT / (c_block * k_vol)).max(NR) / NR * NR;
+        if lay.wide.is_some() {
+            cols = cols.min((WIDE_SUMS / mg).max(NR) / NR * NR);
+        }
         (1, cols.min(lay.line_len.next_multiple_of(NR)))
     } else {
         let per_line = c_block * lay.row_step * lay.row_len;
