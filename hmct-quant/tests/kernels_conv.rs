@@ -210,17 +210,8 @@ fn depthwise_case() -> impl Strategy<Value = Case> {
         (1usize..3, 1usize..3),
         (0usize..4, 0usize..4, 0usize..4, 0usize..4),
     )
-        .prop_map(|(group, mg, h, w, k, s, d, p)| Case {
-            n: 1,
-            cg: 1,
-            group,
-            mg,
-            h,
-            w,
-            k: [k.0, k.1],
-            s: [s.0, s.1],
-            d: [d.0, d.1],
-            p: [p.0, p.1, p.2, p.3],
+        .prop_map(|(group, mg, h, w, k, s, d, p)| {
+            Case::from_draw((1, 1, group, mg, h, w, k, s, d, p))
         })
         .prop_filter("window fits", window_fits)
 }
