@@ -133,17 +133,34 @@ fn print_profile(plan: &hmct_quant::Plan, times: &NodeTimes, runs: usize) {
     let per_run = |d: Duration| d.as_secs_f64() * 1e3 / runs.max(1) as f64;
     let total: Duration = times.total.iter().sum();
     let share = |d: Duration| 100.0 * d.as_secs_f64() / total.as_secs_f64().max(f64::MIN_POSITIVE);
-    let mut by_op: Vec<(&str, usize, Duration)> = Vec::new();
-    for (node, &t) in plan.nodes().iter().zip(&times.total) {
-        match by_op.iter_mut().find(|(op, _, _)| *op == node.op_type) {
+    // A node that ran an element-wise chain as one pass timed the whole chain; the
+    // chain's other nodes did not run on their own.
+    let label = |i: usize| -> String {
+        match plan.fused_chain(i) {
+            Some(chain) if times.fused_calls[i] > 0 => format!("fused chain of {}", chain.len()),
+            _ => plan.nodes()[i].op_type.clone(),
+        }
+    };
+    let mut by_op: Vec<(String, usize, Duration)> = Vec::new();
+    for (i, &t) in times.total.iter().enumerate() {
+        if times.calls[i] == 0 {
+            continue;
+        }
+        let op = label(i);
+        let op = if op.starts_with("fused") {
+            "fused chains".to_string()
+        } else {
+            op
+        };
+        match by_op.iter_mut().find(|(o, _, _)| *o == op) {
             Some(entry) => {
                 entry.1 += 1;
                 entry.2 += t;
             }
-            None => by_op.push((&node.op_type, 1, t)),
+            None => by_op.push((op, 1, t)),
         }
     }
-    by_op.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(b.0)));
+    by_op.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
     println!(
         "\ntime per run by op type ({:.3} ms in nodes):",
         per_run(total)
@@ -171,7 +188,7 @@ fn print_profile(plan: &hmct_quant::Plan, times: &NodeTimes, runs: usize) {
         println!(
             "{:<40} {:<16} {:>10.3} {:>6.1}%",
             node.name,
-            node.op_type,
+            label(i),
             per_run(times.total[i]),
             share(times.total[i])
         );

@@ -1,5 +1,6 @@
 //! Kernel benchmarks: fake quantization (in and out of cache), Conv (the shapes of the
-//! detector and of MTCNN), MaxPool (MTCNN's), MatMul 512³. Run with
+//! detector and of MTCNN), MaxPool (MTCNN's), MatMul 512³, and the element-wise chains
+//! that follow PP-OCR's convs, fused and node by node. Run with
 //! `cargo bench -p hmct-quant`.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -159,5 +160,104 @@ fn matmul(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, fake_quant, conv, max_pool, matmul);
+/// A model of one element-wise chain after a conv, as PP-OCR's exports write them:
+/// the classifier's BatchNormalization + hard-swish, or the detector's folded
+/// batch norm (Mul/Add), hard-swish, then a per-channel scale and shift.
+fn chain_model(detector: bool, shape: &[usize]) -> hmct_quant::Plan {
+    use hmct_ir::testing::build::{float_value, model, named_value, node};
+    use hmct_tensor::tensor_to_proto;
+    let c = shape[1];
+    let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+    let channel = |name: &str, seed: u32, offset: f32| {
+        let v = data(c, seed).iter().map(|v| v + offset).collect();
+        tensor_to_proto(&Tensor::from_f32(&[c, 1, 1], v).unwrap(), name)
+    };
+    let scalar =
+        |name: &str, v: f32| tensor_to_proto(&Tensor::from_f32(&[], vec![v]).unwrap(), name);
+    let mut inits = vec![
+        scalar("three", 3.0),
+        scalar("zero", 0.0),
+        scalar("six", 6.0),
+    ];
+    let mut nodes = Vec::new();
+    let first = if detector {
+        inits.extend([channel("s1", 1, 0.0), channel("b1", 2, 0.0)]);
+        inits.extend([channel("s2", 3, 0.0), channel("b2", 4, 0.0)]);
+        nodes.push(node("m1", "Mul", &["s1", "x"], &["a"]));
+        nodes.push(node("a1", "Add", &["a", "b1"], &["h"]));
+        "h"
+    } else {
+        for (i, (n, off)) in [("scale", 0.0), ("bias", 0.0), ("mean", 0.0), ("var", 2.0)]
+            .into_iter()
+            .enumerate()
+        {
+            let mut t = channel(n, 10 + i as u32, off);
+            t.dims = vec![c as i64];
+            inits.push(t);
+        }
+        nodes.push(node(
+            "bn",
+            "BatchNormalization",
+            &["x", "scale", "bias", "mean", "var"],
+            &["h"],
+        ));
+        "h"
+    };
+    nodes.push(node("p3", "Add", &[first, "three"], &["t"]));
+    nodes.push(node("clip", "Clip", &["t", "zero", "six"], &["u"]));
+    nodes.push(node("mul", "Mul", &[first, "u"], &["v"]));
+    nodes.push(node(
+        "div",
+        "Div",
+        &["v", "six"],
+        if detector { &["w"] } else { &["y"] },
+    ));
+    if detector {
+        nodes.push(node("m2", "Mul", &["s2", "w"], &["z"]));
+        nodes.push(node("a2", "Add", &["z", "b2"], &["y"]));
+    }
+    let proto = model(
+        vec![float_value("x", &dims)],
+        nodes,
+        inits,
+        vec![named_value("y")],
+    );
+    let m = hmct_ir::Model::from_proto(proto, None).unwrap();
+    hmct_quant::plan_model(&m).unwrap()
+}
+
+fn element_chain(c: &mut Criterion) {
+    use hmct_quant::{Capture, Config, Session};
+    let mut g = c.benchmark_group("element_chain");
+    let cases: [(&str, bool, [usize; 4]); 2] = [
+        ("cls_bn_hardswish_200x2x96", false, [1, 200, 2, 96]),
+        ("det_8_nodes_16x160x160", true, [1, 16, 160, 160]),
+    ];
+    for (name, detector, shape) in cases {
+        let x = tensor(&shape, 77);
+        g.throughput(Throughput::Elements(shape.iter().product::<usize>() as u64));
+        for fused in [true, false] {
+            let session = Session::new(chain_model(detector, &shape), 1).unwrap();
+            let session = if fused {
+                session
+            } else {
+                session.without_fusion()
+            };
+            let label = format!("{name}/{}", if fused { "fused" } else { "node_by_node" });
+            // Inputs bound once, so that the time is the chain's and not a copy of x.
+            let bound = session.bind_inputs(&[("x", x.clone())]).unwrap();
+            let wanted = session.plan().outputs().to_vec();
+            g.bench_function(label, |b| {
+                b.iter(|| {
+                    session
+                        .run_from(&bound, None, &Config::float(), &wanted, Capture::Wanted)
+                        .unwrap()
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, fake_quant, conv, max_pool, matmul, element_chain);
 criterion_main!(benches);

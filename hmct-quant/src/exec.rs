@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hmct_tensor::Tensor;
+use hmct_tensor::ndarray::{ArrayD, IxDyn};
 
 use crate::fake_quant::FakeQuant;
 use crate::ops::OpError;
@@ -151,6 +152,8 @@ pub struct Session {
     weight_cache: Mutex<HashMap<usize, Vec<(FakeQuant, Arc<Tensor>)>>>,
     /// Wall time per plan node, when profiling is on.
     profile: Option<Mutex<NodeTimes>>,
+    /// Whether element-wise chains may run as one pass (see the `fusion` module).
+    fuse: bool,
 }
 
 /// Wall time spent in each plan node (indexed like `Plan::nodes`), summed over the
@@ -159,7 +162,11 @@ pub struct Session {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct NodeTimes {
     pub total: Vec<Duration>,
+    /// Calls in which the node ran, on its own or as the start of a fused chain.
     pub calls: Vec<u32>,
+    /// Calls in which the node ran the element-wise chain it starts
+    /// ([`Plan::fused_chain`]) as one pass; those calls' time is the whole chain's.
+    pub fused_calls: Vec<u32>,
 }
 
 impl Session {
@@ -176,6 +183,7 @@ impl Session {
             threads,
             weight_cache: Mutex::new(HashMap::new()),
             profile: None,
+            fuse: true,
         })
     }
 
@@ -186,7 +194,15 @@ impl Session {
         self.profile = Some(Mutex::new(NodeTimes {
             total: vec![Duration::ZERO; n],
             calls: vec![0; n],
+            fused_calls: vec![0; n],
         }));
+        self
+    }
+
+    /// Runs every node on its own, never an element-wise chain as one pass. The
+    /// results are the same bit for bit; this is for checking that, and for timing.
+    pub fn without_fusion(mut self) -> Session {
+        self.fuse = false;
         self
     }
 
@@ -362,11 +378,27 @@ impl Session {
 
         let mut values = known.clone();
         values.slots.resize(n_values, None);
+        // Nodes already computed as part of a fused chain.
+        let mut fused = vec![false; plan.nodes.len()];
         for (i, node) in plan.nodes.iter().enumerate() {
-            if !run_node[i] {
+            if !run_node[i] || fused[i] {
                 continue;
             }
             let start = self.profile.as_ref().map(|_| Instant::now());
+            if let Some(c) = plan.chain_at[i].filter(|_| self.fuse)
+                && self.run_chain(c, &mut values, &run_node, &keep, &last_use)
+            {
+                for &j in &plan.chains[c].nodes {
+                    fused[j] = true;
+                }
+                if let (Some(profile), Some(start)) = (&self.profile, start) {
+                    let mut p = profile.lock().unwrap_or_else(|e| e.into_inner());
+                    p.total[i] += start.elapsed();
+                    p.calls[i] += 1;
+                    p.fused_calls[i] += 1;
+                }
+                continue;
+            }
             let outputs = self.run_node(i, &mut values, config, &keep, &last_use)?;
             if let (Some(profile), Some(start)) = (&self.profile, start) {
                 let mut p = profile.lock().unwrap_or_else(|e| e.into_inner());
@@ -390,6 +422,66 @@ impl Session {
             }
         }
         Ok(values)
+    }
+
+    /// Runs chain `c` as one pass when every node of it has to run, none of its
+    /// intermediate values is kept, and its input is an f32 tensor its operands
+    /// broadcast to. Returns false, having changed nothing, when the nodes have to run
+    /// one by one instead.
+    fn run_chain(
+        &self,
+        c: usize,
+        values: &mut Values,
+        run_node: &[bool],
+        keep: &[bool],
+        last_use: &[usize],
+    ) -> bool {
+        let plan = &self.plan;
+        let chain = &plan.chains[c];
+        if !chain.nodes.iter().all(|&j| run_node[j]) || chain.internal.iter().any(|&s| keep[s]) {
+            return false;
+        }
+        let x_slot = chain.input;
+        let Some(x) = plan.constants[x_slot]
+            .clone()
+            .or_else(|| values.get(x_slot).cloned())
+        else {
+            return false;
+        };
+        let Tensor::F32(xa) = &*x else {
+            return false;
+        };
+        let Some(walk) = chain.walk(xa.shape()) else {
+            return false;
+        };
+        let shape = xa.shape().to_vec();
+        // The input may be overwritten when the chain reads it for the last time.
+        let free = !keep[x_slot]
+            && plan.constants[x_slot].is_none()
+            && chain.nodes.contains(&last_use[x_slot])
+            && chain.input_readers_within.iter().all(|&k| !run_node[k]);
+        let out = if free {
+            drop(x);
+            match values.slots[x_slot].take().map(Arc::try_unwrap) {
+                Some(Ok(Tensor::F32(mut a))) => {
+                    let d = a
+                        .as_slice_mut()
+                        .expect("tensors are kept in standard layout");
+                    chain.run(walk, None, d);
+                    a
+                }
+                Some(Ok(other)) => unreachable!("checked f32 above, got {}", other.dtype()),
+                Some(Err(shared)) => fresh_output(chain, walk, &shared, &shape),
+                None => unreachable!("the input was fetched from the values above"),
+            }
+        } else {
+            fresh_output(chain, walk, &x, &shape)
+        };
+        for &s in &chain.internal {
+            values.slots[s] = None;
+        }
+        values.slots[chain.output] = Some(Arc::new(Tensor::F32(out)));
+        true
     }
 
     fn run_node(
@@ -584,6 +676,22 @@ impl Session {
 
 /// Gives a dropped value's buffer to the thread's pool when nothing else holds it
 /// (values shared with a capture or a caller stay alive and untouched).
+/// A chain's output in a new buffer, reading `x` (an f32 tensor of `shape`).
+fn fresh_output(
+    chain: &crate::fusion::Chain,
+    walk: crate::fusion::Walk,
+    x: &Tensor,
+    shape: &[usize],
+) -> ArrayD<f32> {
+    let Tensor::F32(xa) = x else {
+        unreachable!("chains run on f32 inputs only")
+    };
+    let src = xa.as_slice().expect("tensors are kept in standard layout");
+    let mut out = crate::buffers::take::<f32>(src.len());
+    chain.run(walk, Some(src), &mut out);
+    ArrayD::from_shape_vec(IxDyn(shape), out).expect("same element count as the input")
+}
+
 fn recycle(value: Option<Arc<Tensor>>) {
     if let Some(t) = value.and_then(|a| Arc::try_unwrap(a).ok()) {
         crate::buffers::give(t);

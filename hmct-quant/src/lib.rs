@@ -9,6 +9,7 @@
 mod buffers;
 pub mod exec;
 pub mod fake_quant;
+mod fusion;
 pub mod model;
 pub mod ops;
 pub mod plan;

@@ -10,6 +10,7 @@ use hmct_proto::onnx::{GraphProto, NodeProto, ValueInfoProto};
 use hmct_tensor::{DType, Tensor, tensor_from_proto};
 
 use crate::fake_quant::FakeQuant;
+use crate::fusion::{Chain, find_chains};
 use crate::ops::{self, Attrs, Kernel, NodeSpec, OpError};
 
 /// Index of a value (tensor) in a plan.
@@ -113,6 +114,10 @@ pub struct Plan {
     pub(crate) outputs: Vec<Slot>,
     pub(crate) calibrations: Vec<PlanCalibration>,
     pub(crate) calibration_index: HashMap<String, usize>,
+    /// Chains of element-wise nodes the executor may run as one pass, and for each
+    /// node the chain it starts.
+    pub(crate) chains: Vec<Chain>,
+    pub(crate) chain_at: Vec<Option<usize>>,
 }
 
 /// Options for planning.
@@ -152,6 +157,8 @@ impl Plan {
             outputs: Vec::new(),
             calibrations: Vec::new(),
             calibration_index: HashMap::new(),
+            chains: Vec::new(),
+            chain_at: Vec::new(),
         };
 
         for init in &graph.initializer {
@@ -389,6 +396,11 @@ impl Plan {
             };
             plan.outputs.push(s);
         }
+        plan.chains = find_chains(&plan);
+        plan.chain_at = vec![None; plan.nodes.len()];
+        for (c, chain) in plan.chains.iter().enumerate() {
+            plan.chain_at[chain.nodes[0]] = Some(c);
+        }
         Ok(plan)
     }
 
@@ -478,6 +490,13 @@ impl Plan {
         } else {
             self.producer[slot]
         }
+    }
+
+    /// The nodes of the element-wise chain node `node` starts, when it starts one: the
+    /// executor may run them as one pass (see the `fusion` module).
+    pub fn fused_chain(&self, node: usize) -> Option<&[usize]> {
+        let c = (*self.chain_at.get(node)?)?;
+        Some(&self.chains[c].nodes)
     }
 }
 

@@ -9,6 +9,7 @@ pub(crate) mod broadcast;
 pub(crate) mod cast;
 mod fastmath;
 pub(crate) mod num;
+pub(crate) mod step;
 mod unary;
 
 pub(crate) use unary::scalar_of;

@@ -103,6 +103,14 @@ pub trait Kernel: Send + Sync {
     ) -> Result<Vec<Tensor>, OpError> {
         run_not_reusing(self, inputs, i, owned)
     }
+
+    /// This kernel as a step over f32 values that a fused chain of element-wise nodes
+    /// can run, or `None` when it cannot be fused. Only this crate's kernels fuse, so
+    /// the type stays crate-private.
+    #[allow(private_interfaces)]
+    fn element_step(&self) -> Option<elementwise::step::ElementStep> {
+        None
+    }
 }
 
 /// [`Kernel::run`] with `owned` put back as input `i`; its buffer is recycled after.

@@ -10,6 +10,7 @@ use num_traits::Float;
 use rayon::prelude::*;
 
 use super::conv::contiguous;
+use super::elementwise::step::ElementStep;
 use super::{Kernel, NodeSpec, OpError, input, normalize_axis, run_not_reusing};
 
 pub(crate) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>> {
@@ -95,14 +96,9 @@ macro_rules! with_floats {
     };
 }
 
-/// `y = x * a[c] + b[c]` over planes of `inner` elements cycling through channels.
-fn affine_planes<T: Float + Send + Sync>(x: &mut [T], inner: usize, a: &[f64], b: &[f64]) {
-    let c = a.len();
-    if inner == 0 || c == 0 {
-        return;
-    }
-    let (a, b): (Vec<T>, Vec<T>) = a
-        .iter()
+/// Per-channel coefficients computed in f64, in the type they are applied in.
+fn coefficients<T: Float>(a: &[f64], b: &[f64]) -> (Vec<T>, Vec<T>) {
+    a.iter()
         .zip(b)
         .map(|(&p, &q)| {
             (
@@ -110,7 +106,39 @@ fn affine_planes<T: Float + Send + Sync>(x: &mut [T], inner: usize, a: &[f64], b
                 T::from(q).unwrap_or(T::nan()),
             )
         })
-        .unzip();
+        .unzip()
+}
+
+/// The f32 `(a, b)` with which inference BatchNormalization computes `x * a[c] + b[c]`
+/// from its parameters (scale, B, mean, var): what a fused chain applies.
+pub(crate) fn batch_norm_f32_affine(
+    params: [&Tensor; 4],
+    epsilon: f32,
+) -> Result<(Vec<f32>, Vec<f32>), OpError> {
+    let [scale, bias, mean, var] = params;
+    let c = scale.len();
+    let p = [
+        self::params(scale, "scale")?,
+        self::params(bias, "B")?,
+        self::params(mean, "mean")?,
+        self::params(var, "var")?,
+    ];
+    if p.iter().any(|v| v.len() != c) {
+        return Err(OpError::invalid(
+            "BatchNormalization parameters differ in length",
+        ));
+    }
+    let (a, b) = scale_shift(&p[0], &p[1], &p[2], &p[3], epsilon as f64);
+    Ok(coefficients(&a, &b))
+}
+
+/// `y = x * a[c] + b[c]` over planes of `inner` elements cycling through channels.
+fn affine_planes<T: Float + Send + Sync>(x: &mut [T], inner: usize, a: &[f64], b: &[f64]) {
+    let c = a.len();
+    if inner == 0 || c == 0 {
+        return;
+    }
+    let (a, b) = coefficients::<T>(a, b);
     let f = |(i, p): (usize, &mut [T])| {
         let (s, t) = (a[i % c], b[i % c]);
         for v in p {
@@ -267,6 +295,12 @@ impl Kernel for BatchNorm {
 
     fn reusable_inputs(&self) -> &[usize] {
         if self.training { &[] } else { &[0] }
+    }
+
+    fn element_step(&self) -> Option<ElementStep> {
+        (!self.training && self.num_outputs <= 1).then_some(ElementStep::BatchNorm {
+            epsilon: self.epsilon,
+        })
     }
 
     /// Inference on f32: the same `x * a + b` as `run`, over the input's buffer.

@@ -6,6 +6,7 @@ use hmct_tensor::ndarray::ArrayD;
 
 use super::broadcast::{binary, binary_in_place, ternary, unary};
 use super::num::{Num, with_num, with_num2, with_same2};
+use super::step::{ArithOp, ElementStep};
 use crate::ops::{Kernel, NodeSpec, OpError, input, run_not_reusing};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -308,6 +309,17 @@ impl Kernel for ArithKernel {
             Some(axis) => arith(self.op, a, &legacy_align(a, b, axis)?)?,
             None => arith(self.op, a, b)?,
         }])
+    }
+
+    fn element_step(&self) -> Option<ElementStep> {
+        let op = match self.op {
+            Arith::Add => ArithOp::Add,
+            Arith::Sub => ArithOp::Sub,
+            Arith::Mul => ArithOp::Mul,
+            Arith::Div => ArithOp::Div,
+            _ => return None,
+        };
+        self.legacy_axis.is_none().then_some(ElementStep::Arith(op))
     }
 
     fn reusable_inputs(&self) -> &[usize] {

@@ -9,11 +9,12 @@ use hmct_tensor::ndarray::IxDyn;
 use super::broadcast::{CHUNK, PAR_MIN, contiguous, for_chunks, unary, unary_in_place};
 use super::fastmath::{exp_slice, sigmoid_slice};
 use super::num::{Half, Num, Real, typed, with_num};
+use super::step::ElementStep;
 use crate::ops::{Kernel, NodeSpec, OpError, input, run_not_reusing};
 
 /// Float-only element-wise functions with their attributes.
-#[derive(Clone, Copy, Debug)]
-enum Act {
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Act {
     Sqrt,
     Exp,
     Log,
@@ -251,6 +252,12 @@ fn map_real<T: Real, D: Dest<T>>(act: Act, x: D) -> D::Out {
     }
 }
 
+/// `act` over f32 values in place: the function [`ActKernel`] applies (except Exp and
+/// Sigmoid, whose f32 kernels are the slice kernels of `fastmath`).
+pub(super) fn map_in_place(act: Act, d: &mut [f32]) {
+    map_real(act, InPlace(d))
+}
+
 /// Half-precision inputs are widened to f32, computed, and rounded once.
 fn map_half<H: Half>(act: Act, x: &ArrayD<H>) -> ArrayD<H> {
     let wide = unary(x, |v: H| v.to_f32h());
@@ -292,6 +299,13 @@ struct ActKernel(Act);
 impl Kernel for ActKernel {
     fn run(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
         Ok(vec![run_act(self.0, input(inputs, 0)?)?])
+    }
+
+    fn element_step(&self) -> Option<ElementStep> {
+        match self.0 {
+            Act::Exp | Act::Sigmoid => None,
+            act => Some(ElementStep::Act(act)),
+        }
     }
 
     fn reusable_inputs(&self) -> &[usize] {
@@ -354,7 +368,7 @@ fn run_num(op: NumOp, t: &Tensor) -> Result<Tensor, OpError> {
 // See run_num on unsigned types.
 #[allow(clippy::absurd_extreme_comparisons)]
 #[inline(always)]
-fn relu<T: Num>(v: T) -> T {
+pub(super) fn relu<T: Num>(v: T) -> T {
     if v < T::ZERO { T::ZERO } else { v }
 }
 
@@ -364,6 +378,10 @@ struct NumKernel(NumOp);
 impl Kernel for NumKernel {
     fn run(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
         Ok(vec![run_num(self.0, input(inputs, 0)?)?])
+    }
+
+    fn element_step(&self) -> Option<ElementStep> {
+        matches!(self.0, NumOp::Relu).then_some(ElementStep::Relu)
     }
 
     fn reusable_inputs(&self) -> &[usize] {
@@ -424,7 +442,7 @@ fn bound_or<T: Num>(t: Option<&Tensor>, default: T, what: &str) -> Result<T, OpE
 }
 
 #[inline(always)]
-fn clip_one<T: Num>(v: T, lo: T, hi: T) -> T {
+pub(super) fn clip_one<T: Num>(v: T, lo: T, hi: T) -> T {
     // max then min, as numpy and onnxruntime do: when lo > hi everything becomes hi.
     let r = if v < lo { lo } else { v };
     if r > hi { hi } else { r }
@@ -434,6 +452,21 @@ fn clip<T: Num>(x: &ArrayD<T>, lo: T, hi: T) -> ArrayD<T> {
     unary(x, move |v: T| clip_one(v, lo, hi))
 }
 
+/// Clip's f32 bounds: the attributes before opset 11, else the optional inputs.
+pub(crate) fn clip_f32_bounds(
+    attr_bounds: Option<(f32, f32)>,
+    lo: Option<&Tensor>,
+    hi: Option<&Tensor>,
+) -> Result<(f32, f32), OpError> {
+    if let Some(b) = attr_bounds {
+        return Ok(b);
+    }
+    Ok((
+        bound_or(lo, Num::LOWEST, "Clip min")?,
+        bound_or(hi, Num::HIGHEST, "Clip max")?,
+    ))
+}
+
 struct ClipKernel {
     /// Before opset 11 the bounds are attributes; since then, optional inputs.
     attr_bounds: Option<(f32, f32)>,
@@ -441,14 +474,8 @@ struct ClipKernel {
 
 impl ClipKernel {
     fn f32_bounds(&self, inputs: &[Option<&Tensor>]) -> Result<(f32, f32), OpError> {
-        if let Some(b) = self.attr_bounds {
-            return Ok(b);
-        }
         let bound = |i: usize| inputs.get(i).copied().flatten();
-        Ok((
-            bound_or(bound(1), Num::LOWEST, "Clip min")?,
-            bound_or(bound(2), Num::HIGHEST, "Clip max")?,
-        ))
+        clip_f32_bounds(self.attr_bounds, bound(1), bound(2))
     }
 }
 
@@ -476,6 +503,12 @@ impl Kernel for ClipKernel {
 
     fn reusable_inputs(&self) -> &[usize] {
         &[0]
+    }
+
+    fn element_step(&self) -> Option<ElementStep> {
+        Some(ElementStep::Clip {
+            attr_bounds: self.attr_bounds,
+        })
     }
 
     fn run_reusing(

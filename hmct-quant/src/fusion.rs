@@ -1,0 +1,436 @@
+//! Chains of element-wise nodes run as one pass over memory.
+//!
+//! Exported CNNs follow each Conv with several element-wise nodes: BatchNormalization,
+//! or the Mul/Add of a folded one, then the Add/Clip/Mul/Div of a hard-swish. Run node
+//! by node, each is a pass over the whole activation, and on large activations those
+//! passes cost more than the arithmetic. At plan time, [`find_chains`] groups such
+//! nodes into chains with one input and one output whose intermediate values nobody
+//! else reads; at run time the executor runs a chain block by block, every step on a
+//! few hundred values in cache, when none of its intermediate values is wanted or
+//! captured (otherwise the nodes run one by one, as always).
+//!
+//! Each step calls the per-element function of its node's own kernel (see
+//! `ops::elementwise::step`), in the same order on the same values, so a fused chain
+//! gives the node-by-node results bit for bit: whether a run fuses never changes what
+//! it computes, only how many times memory is read.
+
+use std::collections::HashMap;
+
+use hmct_tensor::Tensor;
+use rayon::prelude::*;
+
+use crate::ops::elementwise::step::{
+    self, ArithOp, ElementStep, Operand, act_block, affine_block, arith_block, clip_block,
+    relu_block,
+};
+use crate::ops::norm::batch_norm_f32_affine;
+use crate::plan::{NodeOp, Plan, Slot};
+
+/// Most nodes in one chain (the PP-OCR chains have up to nine).
+const MAX_CHAIN: usize = 16;
+/// Values per block: every register of a chain holds one block, all in L1 cache.
+const BLOCK: usize = 512;
+/// Distance between registers: a block plus a cache line, so that registers do not
+/// sit a multiple of 4 KiB apart (a load after a store at such a distance stalls).
+const REG: usize = BLOCK + 16;
+/// Values per parallel task, and the size below which a chain runs on one thread.
+const TASK: usize = 1 << 14;
+const PAR_MIN: usize = 1 << 15;
+/// Per-channel operands need channel planes at least this long; on shorter ones
+/// (e.g. `[N, C]`) the nodes run one by one.
+const MIN_PLANE: usize = 16;
+
+/// A constant operand: one value, or one per channel of the chain's input (axis 1).
+#[derive(Debug)]
+struct Constant {
+    values: Vec<f32>,
+    /// Its shape, which must broadcast to the input's without growing it.
+    shape: Vec<usize>,
+}
+
+impl Constant {
+    fn per_channel(&self) -> bool {
+        self.values.len() > 1
+    }
+
+    fn value(&self, channel: usize) -> f32 {
+        if self.per_channel() {
+            self.values[channel]
+        } else {
+            self.values[0]
+        }
+    }
+
+    /// Whether it broadcasts to `shape` without changing it, varying along axis 1
+    /// only.
+    fn fits(&self, shape: &[usize]) -> bool {
+        let Some(lead) = shape.len().checked_sub(self.shape.len()) else {
+            return false;
+        };
+        self.shape
+            .iter()
+            .enumerate()
+            .all(|(d, &n)| n == 1 || (lead + d == 1 && n == shape[1] && n == self.values.len()))
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Arg {
+    Reg(usize),
+    Const(usize),
+}
+
+/// One node of a chain. Step `k` writes register `k + 1`; register 0 holds the input.
+#[derive(Debug)]
+enum Step {
+    Arith {
+        op: ArithOp,
+        a: Arg,
+        b: Arg,
+    },
+    Clip {
+        src: usize,
+        lo: f32,
+        hi: f32,
+    },
+    Relu {
+        src: usize,
+    },
+    Act {
+        act: step::Act,
+        src: usize,
+    },
+    Affine {
+        src: usize,
+        a: Vec<f32>,
+        b: Vec<f32>,
+    },
+}
+
+/// A chain of element-wise nodes with one input and one output.
+#[derive(Debug)]
+pub(crate) struct Chain {
+    /// Plan nodes, in plan order; the first reads `input`, the last writes `output`.
+    pub nodes: Vec<usize>,
+    pub input: Slot,
+    pub output: Slot,
+    /// Outputs of all nodes but the last: read only inside the chain.
+    pub internal: Vec<Slot>,
+    /// Nodes outside the chain, placed between its first and last node, that read
+    /// `input`: while they still have to run, the chain may not consume the input.
+    pub input_readers_within: Vec<usize>,
+    steps: Vec<Step>,
+    consts: Vec<Constant>,
+}
+
+/// How a chain walks an input of a given shape.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Walk {
+    /// Values per piece; a piece lies in one channel plane when `channels` > 0.
+    piece: usize,
+    channels: usize,
+}
+
+impl Chain {
+    /// How to run the chain on an f32 input of `shape`, or `None` when its operands do
+    /// not broadcast as the chain assumes (the nodes then run one by one and report
+    /// any error themselves).
+    pub fn walk(&self, shape: &[usize]) -> Option<Walk> {
+        let per_channel = self.consts.iter().any(Constant::per_channel)
+            || self.steps.iter().any(|s| matches!(s, Step::Affine { .. }));
+        if !self.consts.iter().all(|c| c.fits(shape)) {
+            return None;
+        }
+        for s in &self.steps {
+            if let Step::Affine { a, .. } = s
+                && (shape.len() < 2 || shape[1] != a.len())
+            {
+                return None;
+            }
+        }
+        if !per_channel {
+            return Some(Walk {
+                piece: TASK,
+                channels: 0,
+            });
+        }
+        let plane: usize = shape[2..].iter().product();
+        (plane >= MIN_PLANE).then_some(Walk {
+            piece: plane,
+            channels: shape[1],
+        })
+    }
+
+    /// Runs the chain over `dst`, reading from `src` when given, else from `dst`
+    /// itself.
+    pub fn run(&self, walk: Walk, src: Option<&[f32]>, dst: &mut [f32]) {
+        let regs = (self.steps.len() + 1) * REG;
+        let piece_job = |buf: &mut Vec<f32>, (p, out): (usize, &mut [f32])| {
+            buf.resize(regs, 0.0);
+            let channel = if walk.channels > 0 {
+                p % walk.channels
+            } else {
+                0
+            };
+            let from = src.map(|s| &s[p * walk.piece..][..out.len()]);
+            run_piece(self, channel, from, out, buf);
+        };
+        if dst.len() < PAR_MIN {
+            let mut buf = Vec::new();
+            dst.chunks_mut(walk.piece)
+                .enumerate()
+                .for_each(|job| piece_job(&mut buf, job));
+        } else {
+            dst.par_chunks_mut(walk.piece)
+                .with_min_len(TASK.div_ceil(walk.piece))
+                .enumerate()
+                .for_each_init(Vec::new, piece_job);
+        }
+    }
+
+    /// Runs every step on the first `n` values of each register.
+    #[inline(always)]
+    fn eval(&self, channel: usize, n: usize, regs: &mut [f32]) {
+        for (k, s) in self.steps.iter().enumerate() {
+            let (done, rest) = regs.split_at_mut((k + 1) * REG);
+            let out = &mut rest[..n];
+            let reg = |r: usize| &done[r * REG..][..n];
+            let arg = |a: Arg| match a {
+                Arg::Reg(r) => Operand::Block(reg(r)),
+                Arg::Const(c) => Operand::Value(self.consts[c].value(channel)),
+            };
+            match s {
+                Step::Arith { op, a, b } => arith_block(*op, arg(*a), arg(*b), out),
+                Step::Clip { src, lo, hi } => clip_block(reg(*src), *lo, *hi, out),
+                Step::Relu { src } => relu_block(reg(*src), out),
+                Step::Act { act, src } => act_block(*act, reg(*src), out),
+                Step::Affine { src, a, b } => affine_block(reg(*src), a[channel], b[channel], out),
+            }
+        }
+    }
+}
+
+/// One piece of a chain's values, block by block; AVX2 doubles the width of every
+/// step's loop where the CPU has it (IEEE operations, so the same results).
+#[multiversion::multiversion(targets("x86_64+avx2"))]
+fn run_piece(
+    chain: &Chain,
+    channel: usize,
+    src: Option<&[f32]>,
+    out: &mut [f32],
+    regs: &mut [f32],
+) {
+    let last = chain.steps.len() * REG;
+    for (b, block) in out.chunks_mut(BLOCK).enumerate() {
+        let n = block.len();
+        match src {
+            Some(s) => regs[..n].copy_from_slice(&s[b * BLOCK..][..n]),
+            None => regs[..n].copy_from_slice(block),
+        }
+        chain.eval(channel, n, regs);
+        block.copy_from_slice(&regs[last..][..n]);
+    }
+}
+
+/// Compiles node `i` as a step whose register inputs are in `regs`, or `None` when it
+/// cannot be part of a chain.
+fn compile(
+    plan: &Plan,
+    i: usize,
+    regs: &HashMap<Slot, usize>,
+    consts: &mut Vec<Constant>,
+) -> Option<Step> {
+    let node = &plan.nodes[i];
+    let NodeOp::Kernel(kernel) = &node.op else {
+        return None;
+    };
+    let element = kernel.element_step()?;
+    if node.outputs.len() != 1 {
+        return None;
+    }
+    let constant = |j: usize| -> Option<&Tensor> {
+        let s = node.inputs.get(j).copied().flatten()?;
+        plan.constants[s].as_deref()
+    };
+    let reg = |j: usize| -> Option<usize> { regs.get(&node.inputs.get(j).copied()??).copied() };
+    let only = |n: usize| node.inputs.len() <= n;
+    let arg = |j: usize, consts: &mut Vec<Constant>| -> Option<Arg> {
+        if let Some(r) = reg(j) {
+            return Some(Arg::Reg(r));
+        }
+        let Tensor::F32(a) = constant(j)? else {
+            return None;
+        };
+        let shape = a.shape().to_vec();
+        // A scalar, or values along one axis (which must turn out to be axis 1).
+        if a.len() != 1 && shape.iter().filter(|&&n| n != 1).count() != 1 {
+            return None;
+        }
+        consts.push(Constant {
+            values: a.iter().copied().collect(),
+            shape,
+        });
+        Some(Arg::Const(consts.len() - 1))
+    };
+    Some(match element {
+        ElementStep::Arith(op) => {
+            if !only(2) {
+                return None;
+            }
+            let mark = consts.len();
+            let (a, b) = match (arg(0, consts), arg(1, consts)) {
+                (Some(a), Some(b)) if matches!(a, Arg::Reg(_)) || matches!(b, Arg::Reg(_)) => {
+                    (a, b)
+                }
+                _ => {
+                    consts.truncate(mark);
+                    return None;
+                }
+            };
+            Step::Arith { op, a, b }
+        }
+        ElementStep::Clip { attr_bounds } => {
+            let src = reg(0)?;
+            let bound = |j: usize| match node.inputs.get(j).copied().flatten() {
+                None => Some(None),
+                Some(_) => constant(j).map(Some),
+            };
+            let (lo, hi) = step::clip_bounds(attr_bounds, bound(1)?, bound(2)?).ok()?;
+            Step::Clip { src, lo, hi }
+        }
+        ElementStep::Relu => {
+            if !only(1) {
+                return None;
+            }
+            Step::Relu { src: reg(0)? }
+        }
+        ElementStep::Act(act) => {
+            if !only(1) {
+                return None;
+            }
+            Step::Act { act, src: reg(0)? }
+        }
+        ElementStep::BatchNorm { epsilon } => {
+            if !only(5) {
+                return None;
+            }
+            let src = reg(0)?;
+            let params = [constant(1)?, constant(2)?, constant(3)?, constant(4)?];
+            let (a, b) = batch_norm_f32_affine(params, epsilon).ok()?;
+            Step::Affine { src, a, b }
+        }
+    })
+}
+
+/// Finds the chains of `plan`: each starts at an element-wise node reading one
+/// non-constant value, and grows along element-wise nodes that read only values of
+/// the chain and constants, as long as it keeps a single output.
+pub(crate) fn find_chains(plan: &Plan) -> Vec<Chain> {
+    let n_values = plan.num_values();
+    let mut readers: Vec<Vec<usize>> = vec![Vec::new(); n_values];
+    for (i, node) in plan.nodes.iter().enumerate() {
+        for &s in node.inputs.iter().flatten() {
+            if readers[s].last() != Some(&i) {
+                readers[s].push(i);
+            }
+        }
+    }
+    let mut is_output = vec![false; n_values];
+    for &s in &plan.outputs {
+        is_output[s] = true;
+    }
+    let is_const = |s: Slot| plan.constants[s].is_some();
+
+    let mut claimed = vec![false; plan.nodes.len()];
+    let mut chains = Vec::new();
+    for head in 0..plan.nodes.len() {
+        if claimed[head] {
+            continue;
+        }
+        let node = &plan.nodes[head];
+        let live: Vec<Slot> = node
+            .inputs
+            .iter()
+            .flatten()
+            .copied()
+            .filter(|&s| !is_const(s))
+            .collect();
+        let Some(&input) = live.first() else {
+            continue;
+        };
+        if live.iter().any(|&s| s != input) {
+            continue;
+        }
+        let mut regs = HashMap::from([(input, 0)]);
+        let mut consts = Vec::new();
+        let Some(first) = compile(plan, head, &regs, &mut consts) else {
+            continue;
+        };
+        regs.insert(node.outputs[0], 1);
+        let mut members = vec![head];
+        let mut steps = vec![first];
+        // Each prefix that could end the chain: its length, and the constants it uses.
+        let mut ends = Vec::new();
+        while members.len() < MAX_CHAIN {
+            // The first unclaimed node reading a value of the chain (not just its input)
+            // and nothing but chain values and constants.
+            let next = members
+                .iter()
+                .flat_map(|&m| readers[plan.nodes[m].outputs[0]].iter().copied())
+                .filter(|&j| !claimed[j] && !members.contains(&j))
+                .filter(|&j| {
+                    plan.nodes[j]
+                        .inputs
+                        .iter()
+                        .flatten()
+                        .all(|&s| is_const(s) || regs.contains_key(&s))
+                })
+                .min();
+            let Some(j) = next else { break };
+            let mark = consts.len();
+            let Some(step) = compile(plan, j, &regs, &mut consts) else {
+                consts.truncate(mark);
+                break;
+            };
+            regs.insert(plan.nodes[j].outputs[0], regs.len());
+            members.push(j);
+            steps.push(step);
+            // Every output but the last is read only inside the chain.
+            let closed = members[..members.len() - 1].iter().all(|&m| {
+                let s = plan.nodes[m].outputs[0];
+                !is_output[s] && readers[s].iter().all(|r| members.contains(r))
+            });
+            if closed {
+                ends.push((members.len(), consts.len()));
+            }
+        }
+        let Some(&(len, n_consts)) = ends.last() else {
+            continue;
+        };
+        members.truncate(len);
+        steps.truncate(len);
+        consts.truncate(n_consts);
+        let last = members[len - 1];
+        let input_readers_within = readers[input]
+            .iter()
+            .copied()
+            .filter(|&r| r > head && r < last && !members.contains(&r))
+            .collect();
+        for &m in &members {
+            claimed[m] = true;
+        }
+        chains.push(Chain {
+            internal: members[..len - 1]
+                .iter()
+                .map(|&m| plan.nodes[m].outputs[0])
+                .collect(),
+            output: plan.nodes[last].outputs[0],
+            nodes: members,
+            input,
+            input_readers_within,
+            steps,
+            consts,
+        });
+    }
+    chains
+}

@@ -1,0 +1,236 @@
+//! Element-wise chains run as one pass give the node-by-node results bit for bit: on
+//! chains of every fusable op with scalar and per-channel constants, on special values,
+//! serial and parallel; and a chain whose operands do not fit, or whose intermediate
+//! value is wanted, runs node by node.
+
+use hmct_ir::Model;
+use hmct_ir::testing::build::{float_value, model, named_value, node};
+use hmct_quant::{Capture, Config, Session, plan_model};
+use hmct_tensor::{Tensor, tensor_to_proto};
+
+const C: usize = 3;
+
+fn constant(name: &str, shape: &[usize], values: Vec<f32>) -> hmct_proto::onnx::TensorProto {
+    tensor_to_proto(&Tensor::from_f32(shape, values).unwrap(), name)
+}
+
+/// Four chains on one input `x` of `C` channels:
+/// - `ya`: BatchNormalization then the Add/Clip/Mul/Div of a hard-swish;
+/// - `yb`: per-channel Mul/Add, constants on the left of Sub/Div, Relu, LeakyRelu,
+///   HardSigmoid, and a Mul of a value by itself;
+/// - `yc`: a Mul by a constant along the last axis, which the chain cannot take;
+/// - `yd`: Add, a Clip without bounds, Mul; the Clip's output `d2` is a graph output.
+fn session(shape: &[usize], threads: usize) -> Session {
+    let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+    let w = *shape.last().unwrap();
+    let per_channel = |seed: f32| (0..C).map(|c| seed + 0.37 * c as f32).collect::<Vec<_>>();
+    let inits = vec![
+        constant("scale", &[C], per_channel(0.8)),
+        constant("bias", &[C], per_channel(-0.3)),
+        constant("mean", &[C], per_channel(0.1)),
+        constant("var", &[C], per_channel(1.7)),
+        constant("three", &[], vec![3.0]),
+        constant("zero", &[], vec![0.0]),
+        constant("six", &[], vec![6.0]),
+        constant("s", &[C, 1, 1], per_channel(1.3)),
+        constant("b", &[1, C, 1, 1], per_channel(-0.7)),
+        constant("two_and_a_half", &[1], vec![2.5]),
+        constant("one_and_a_half", &[], vec![1.5]),
+        constant("along_w", &[w], (0..w).map(|i| 0.5 + i as f32).collect()),
+        constant("one", &[], vec![1.0]),
+    ];
+    let nodes = vec![
+        node(
+            "bn",
+            "BatchNormalization",
+            &["x", "scale", "bias", "mean", "var"],
+            &["h"],
+        ),
+        node("hs_add", "Add", &["h", "three"], &["t"]),
+        node("hs_clip", "Clip", &["t", "zero", "six"], &["u"]),
+        node("hs_mul", "Mul", &["h", "u"], &["v"]),
+        node("hs_div", "Div", &["v", "six"], &["ya"]),
+        node("scale_mul", "Mul", &["s", "x"], &["b1"]),
+        node("shift_add", "Add", &["b1", "b"], &["b2"]),
+        node("sub_from", "Sub", &["two_and_a_half", "b2"], &["b3"]),
+        node("div_into", "Div", &["one_and_a_half", "b3"], &["b4"]),
+        node("relu", "Relu", &["b4"], &["b5"]),
+        node("leaky", "LeakyRelu", &["b3"], &["b6"]),
+        node("add_both", "Add", &["b5", "b6"], &["b7"]),
+        node("hsig", "HardSigmoid", &["b7"], &["b8"]),
+        node("square", "Mul", &["b8", "b8"], &["yb"]),
+        node("mul_w", "Mul", &["x", "along_w"], &["c1"]),
+        node("add_one", "Add", &["c1", "one"], &["yc"]),
+        node("d_add", "Add", &["x", "one"], &["d1"]),
+        node("d_clip", "Clip", &["d1"], &["d2"]),
+        node("d_mul", "Mul", &["d2", "s"], &["yd"]),
+    ];
+    let outputs = ["ya", "yb", "yc", "yd", "d2"].map(named_value).to_vec();
+    let proto = model(vec![float_value("x", &dims)], nodes, inits, outputs);
+    let model = Model::from_proto(proto, None).unwrap();
+    Session::new(plan_model(&model).unwrap(), threads).unwrap()
+}
+
+/// Pseudo-random values with NaN, infinities, signed zeros, huge and tiny values, and
+/// the hard-swish breakpoints.
+fn input(shape: &[usize]) -> Tensor {
+    let special = [
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        0.0,
+        -0.0,
+        3.0e38,
+        -3.0e38,
+        1.0e-40,
+        -3.0,
+        3.0,
+        6.0,
+        -2.5,
+    ];
+    let n: usize = shape.iter().product();
+    let mut s = 12345u32;
+    let v = (0..n)
+        .map(|i| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            if i % 7 == 0 {
+                special[(s as usize) % special.len()]
+            } else {
+                (s >> 8) as f32 / (1u32 << 20) as f32 - 8.0
+            }
+        })
+        .collect();
+    Tensor::from_f32(shape, v).unwrap()
+}
+
+fn bits(t: &Tensor) -> Vec<u32> {
+    t.as_f32().unwrap().iter().map(|v| v.to_bits()).collect()
+}
+
+fn fused_calls(s: &Session, node: &str) -> u32 {
+    let i = s.plan().node_index(node).unwrap();
+    s.node_times().unwrap().fused_calls[i]
+}
+
+#[test]
+fn fused_chains_match_node_by_node_bit_for_bit() {
+    // Small (serial) and large enough to be split into parallel tasks.
+    for shape in [[2, C, 4, 5], [1, C, 120, 110]] {
+        let x = input(&shape);
+        let reference = session(&shape, 1).without_fusion();
+        let expected = reference
+            .run(&[("x", x.clone())], &Config::float())
+            .unwrap();
+        for threads in [1, 2] {
+            let s = session(&shape, threads).with_profiling();
+            let got = s.run(&[("x", x.clone())], &Config::float()).unwrap();
+            for (k, (a, b)) in got.iter().zip(&expected).enumerate() {
+                assert_eq!(bits(a), bits(b), "{shape:?}, {threads} threads, output {k}");
+            }
+            let plan = s.plan();
+            let chain_len = |n: &str| {
+                plan.fused_chain(plan.node_index(n).unwrap())
+                    .map(<[_]>::len)
+            };
+            assert_eq!(chain_len("bn"), Some(5));
+            assert_eq!(chain_len("scale_mul"), Some(9));
+            assert_eq!(chain_len("mul_w"), Some(2));
+            // d2 is a graph output, so the chain ends with the node writing it.
+            assert_eq!(chain_len("d_add"), Some(2));
+            assert_eq!(fused_calls(&s, "d_add"), 1);
+            assert_eq!(fused_calls(&s, "bn"), 1);
+            assert_eq!(fused_calls(&s, "scale_mul"), 1);
+            // Its constant runs along the last axis: the nodes run one by one.
+            assert_eq!(fused_calls(&s, "mul_w"), 0);
+        }
+    }
+}
+
+#[test]
+fn a_wanted_intermediate_value_keeps_its_chain_apart() {
+    let shape = [1, C, 6, 7];
+    let x = input(&shape);
+    let s = session(&shape, 1).with_profiling();
+    let plan = s.plan();
+    let (ya, t) = (plan.value("ya").unwrap(), plan.value("t").unwrap());
+    let bound = s.bind_inputs(&[("x", x.clone())]).unwrap();
+    let got = s
+        .run_from(&bound, None, &Config::float(), &[ya, t], Capture::Wanted)
+        .unwrap();
+    assert_eq!(fused_calls(&s, "bn"), 0);
+    let reference = session(&shape, 1).without_fusion();
+    let expected = reference
+        .run_from(
+            &reference.bind_inputs(&[("x", x)]).unwrap(),
+            None,
+            &Config::float(),
+            &[ya, t],
+            Capture::Wanted,
+        )
+        .unwrap();
+    for slot in [ya, t] {
+        assert_eq!(
+            bits(&s.value(&got, slot).unwrap()),
+            bits(&reference.value(&expected, slot).unwrap())
+        );
+    }
+}
+
+/// The PP-OCR classifier's BatchNormalization + hard-swish chains are found and fused.
+#[test]
+fn the_classifier_fuses_its_chains() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/models/rapidocr_ppocr_cls/ch_ppocr_mobile_v2.0_cls_infer.onnx");
+    if !path.exists() {
+        eprintln!("skipped: {} not found", path.display());
+        return;
+    }
+    let model = hmct_ir::load_model(&path).unwrap();
+    let s = Session::new(plan_model(&model).unwrap(), 1)
+        .unwrap()
+        .with_profiling();
+    let x = input(&[1, 3, 48, 192]);
+    let fused = s.run(&[("x", x.clone())], &Config::float()).unwrap();
+    let times = s.node_times().unwrap();
+    let chains = times.fused_calls.iter().filter(|&&c| c > 0).count();
+    assert!(chains >= 20, "only {chains} chains ran fused");
+    let plain = Session::new(plan_model(&model).unwrap(), 1)
+        .unwrap()
+        .without_fusion();
+    let expected = plain.run(&[("x", x)], &Config::float()).unwrap();
+    assert_eq!(bits(&fused[0]), bits(&expected[0]));
+}
+
+/// A chain that reads its input again at its end may not overwrite it at its start
+/// while a node outside the chain, placed in between, still has to read it.
+#[test]
+fn a_reader_between_the_chain_nodes_keeps_the_input() {
+    let shape = [1, C, 8, 8];
+    let proto = model(
+        vec![float_value("x", &[1, C as i64, 8, 8])],
+        vec![
+            node("neg", "Neg", &["x"], &["p"]),
+            node("add", "Add", &["p", "three"], &["e1"]),
+            node("abs", "Abs", &["p"], &["k"]),
+            node("mul", "Mul", &["p", "e1"], &["e2"]),
+        ],
+        vec![constant("three", &[], vec![3.0])],
+        ["e2", "k"].map(named_value).to_vec(),
+    );
+    let model = Model::from_proto(proto, None).unwrap();
+    let x = input(&shape);
+    let s = Session::new(plan_model(&model).unwrap(), 1)
+        .unwrap()
+        .with_profiling();
+    let got = s.run(&[("x", x.clone())], &Config::float()).unwrap();
+    assert_eq!(fused_calls(&s, "add"), 1);
+    let plain = Session::new(plan_model(&model).unwrap(), 1)
+        .unwrap()
+        .without_fusion();
+    let expected = plain.run(&[("x", x)], &Config::float()).unwrap();
+    for (a, b) in got.iter().zip(&expected) {
+        assert_eq!(bits(a), bits(b));
+    }
+}
