@@ -625,6 +625,24 @@ impl Kernel for PoolKernel {
     }
 }
 
+/// The sum of `p` in f64, over eight running sums: one sum's chain of dependent adds
+/// left the vector units idle. The order is fixed, so results do not depend on threads.
+fn sum_f64(p: &[f32]) -> f64 {
+    let mut lanes = [0.0f64; 8];
+    let chunks = p.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l += v as f64;
+        }
+    }
+    let mut total = lanes.iter().sum::<f64>();
+    for &v in rest {
+        total += v as f64;
+    }
+    total
+}
+
 fn global(x: &Tensor, max: bool) -> Result<Vec<Tensor>, OpError> {
     let xs = x.shape();
     if xs.len() < 2 {
@@ -660,7 +678,7 @@ fn global(x: &Tensor, max: bool) -> Result<Vec<Tensor>, OpError> {
                                 if v > m || v.is_nan() { v } else { m }
                             })
                         } else {
-                            (p.iter().map(|&v| v as f64).sum::<f64>() / p.len() as f64) as f32
+                            (sum_f64(p) / p.len() as f64) as f32
                         }
                     })
                     .collect()
