@@ -9,7 +9,10 @@
 //! and unchanged stops the walk, anything else makes its producer run. A full run is
 //! the case where nothing but constants and inputs is known, so an incremental run
 //! executes the same kernels on the same inputs in the same order for every node it
-//! re-runs, which is why its results are bit-identical to a full run.
+//! re-runs, which is why its results are bit-identical to a full run. Chains of
+//! element-wise nodes may run as one pass when no one keeps their intermediate values
+//! (see the `fusion` module); a fused chain computes its nodes' results bit for bit,
+//! so this changes nothing either.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
