@@ -26,6 +26,10 @@ pub(crate) trait Scalar:
     /// contents). Kept between calls so large temporaries do not fault in fresh pages
     /// on every run; a nested call gets a buffer of its own.
     fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [Self]) -> R) -> R;
+
+    /// `self * a + b` with one rounding. Only for code compiled with the FMA target
+    /// feature: elsewhere it is a slow library call.
+    fn mul_add(self, a: Self, b: Self) -> Self;
 }
 
 macro_rules! scalar_with_scratch {
@@ -34,6 +38,11 @@ macro_rules! scalar_with_scratch {
             static $cell: std::cell::RefCell<Vec<$t>> = const { std::cell::RefCell::new(Vec::new()) };
         }
         impl Scalar for $t {
+            #[inline(always)]
+            fn mul_add(self, a: Self, b: Self) -> Self {
+                <$t>::mul_add(self, a, b)
+            }
+
             fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [Self]) -> R) -> R {
                 let mut v = $cell.with(|c| c.take());
                 if v.len() < len {
