@@ -372,6 +372,56 @@ fn dense_tile_edges() {
     }
 }
 
+/// 1x1 convs on a single position (squeeze-excitation blocks), grouped and batched,
+/// with channel counts on and off the eight running sums, and a 1x1 input that pads
+/// or a 3x3 kernel keep off that path.
+#[test]
+fn single_position_convs() {
+    let base = Case {
+        n: 1,
+        cg: 200,
+        group: 1,
+        mg: 50,
+        h: 1,
+        w: 1,
+        k: [1, 1],
+        s: [1, 1],
+        d: [1, 1],
+        p: [0; 4],
+    };
+    let cases = [
+        base.clone(),
+        Case {
+            cg: 13,
+            mg: 7,
+            n: 3,
+            group: 2,
+            ..base.clone()
+        },
+        Case {
+            cg: 8,
+            mg: 3,
+            ..base.clone()
+        },
+        Case {
+            cg: 5,
+            mg: 4,
+            p: [0, 0, 1, 1],
+            ..base.clone()
+        },
+        Case {
+            cg: 9,
+            mg: 2,
+            k: [3, 3],
+            p: [1; 4],
+            ..base.clone()
+        },
+    ];
+    for c in cases {
+        matches_reference(&c, 23).unwrap();
+    }
+}
+
 /// Depthwise rows that end exactly on a register block, with windows that need no
 /// padding beyond the last output's own column.
 #[test]

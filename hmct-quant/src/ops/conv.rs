@@ -482,6 +482,13 @@ pub(crate) fn conv_nd<T: Scalar>(
     if n * m * out_vol == 0 {
         return Ok((Vec::new(), shape));
     }
+    if in_vol == 1 && out_vol == 1 && k_vol == 1 && g3.pad == [0; 3] {
+        // A 1x1 kernel on one position (the convs of squeeze-excitation blocks): a
+        // matrix-vector product per image.
+        let mut y = crate::buffers::take::<T>(n * m);
+        single_position(x, w, bias, &mut y, c, m, group);
+        return Ok((y, shape));
+    }
     if let (Some(xf), Some(wf)) = (f32_slice(x), f32_slice(w))
         && super::conv_direct::fits(&g3, cg)
         && super::conv_direct::available()
@@ -577,6 +584,41 @@ pub(crate) fn conv_nd<T: Scalar>(
         (0..tasks).into_par_iter().for_each_init(Vec::new, run_task);
     }
     Ok((y, shape))
+}
+
+/// A 1x1 conv without pads on an input of one position: each output is a dot product
+/// over the group's input channels, in eight running sums.
+fn single_position<T: Scalar>(
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+    y: &mut [T],
+    c: usize,
+    m: usize,
+    group: usize,
+) {
+    let (cg, mg) = (c / group, m / group);
+    for (b, ys) in y.chunks_exact_mut(m).enumerate() {
+        for (mo, out) in ys.iter_mut().enumerate() {
+            let xs = &x[b * c + (mo / mg) * cg..][..cg];
+            let ws = &w[mo * cg..][..cg];
+            let mut lanes = [T::zero(); 8];
+            let chunks = xs.len() / 8 * 8;
+            for k0 in (0..chunks).step_by(8) {
+                for (j, l) in lanes.iter_mut().enumerate() {
+                    *l += ws[k0 + j] * xs[k0 + j];
+                }
+            }
+            let mut sum = lanes.iter().fold(T::zero(), |a, &l| a + l);
+            for k in chunks..cg {
+                sum += ws[k] * xs[k];
+            }
+            *out = match bias {
+                Some(bv) => bv[mo] + sum,
+                None => sum,
+            };
+        }
+    }
 }
 
 /// `s` as f32 values, when `T` is f32.
