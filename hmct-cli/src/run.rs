@@ -135,22 +135,19 @@ fn print_profile(plan: &hmct_quant::Plan, times: &NodeTimes, runs: usize) {
     let share = |d: Duration| 100.0 * d.as_secs_f64() / total.as_secs_f64().max(f64::MIN_POSITIVE);
     // A node that ran an element-wise chain as one pass timed the whole chain; the
     // chain's other nodes did not run on their own.
-    let label = |i: usize| -> String {
-        match plan.fused_chain(i) {
-            Some(chain) if times.fused_calls[i] > 0 => format!("fused chain of {}", chain.len()),
-            _ => plan.nodes()[i].op_type.clone(),
-        }
+    let fused = |i: usize| plan.fused_chain(i).filter(|_| times.fused_calls[i] > 0);
+    let label = |i: usize| match fused(i) {
+        Some(chain) => format!("fused chain of {}", chain.len()),
+        None => plan.nodes()[i].op_type.clone(),
     };
     let mut by_op: Vec<(String, usize, Duration)> = Vec::new();
     for (i, &t) in times.total.iter().enumerate() {
         if times.calls[i] == 0 {
             continue;
         }
-        let op = label(i);
-        let op = if op.starts_with("fused") {
-            "fused chains".to_string()
-        } else {
-            op
+        let op = match fused(i) {
+            Some(_) => "fused chains".to_string(),
+            None => plan.nodes()[i].op_type.clone(),
         };
         match by_op.iter_mut().find(|(o, _, _)| *o == op) {
             Some(entry) => {

@@ -180,12 +180,12 @@ fn chain_model(detector: bool, shape: &[usize]) -> hmct_quant::Plan {
         scalar("six", 6.0),
     ];
     let mut nodes = Vec::new();
-    let first = if detector {
+    // Both forms write the batch-normalized value as `h`.
+    if detector {
         inits.extend([channel("s1", 1, 0.0), channel("b1", 2, 0.0)]);
         inits.extend([channel("s2", 3, 0.0), channel("b2", 4, 0.0)]);
         nodes.push(node("m1", "Mul", &["s1", "x"], &["a"]));
         nodes.push(node("a1", "Add", &["a", "b1"], &["h"]));
-        "h"
     } else {
         for (i, (n, off)) in [("scale", 0.0), ("bias", 0.0), ("mean", 0.0), ("var", 2.0)]
             .into_iter()
@@ -201,11 +201,10 @@ fn chain_model(detector: bool, shape: &[usize]) -> hmct_quant::Plan {
             &["x", "scale", "bias", "mean", "var"],
             &["h"],
         ));
-        "h"
-    };
-    nodes.push(node("p3", "Add", &[first, "three"], &["t"]));
+    }
+    nodes.push(node("p3", "Add", &["h", "three"], &["t"]));
     nodes.push(node("clip", "Clip", &["t", "zero", "six"], &["u"]));
-    nodes.push(node("mul", "Mul", &[first, "u"], &["v"]));
+    nodes.push(node("mul", "Mul", &["h", "u"], &["v"]));
     nodes.push(node(
         "div",
         "Div",

@@ -463,22 +463,26 @@ impl Session {
             && plan.constants[x_slot].is_none()
             && chain.nodes.contains(&last_use[x_slot])
             && chain.input_readers_within.iter().all(|&k| !run_node[k]);
-        let out = if free {
+        // When free, the executor gives up its reference; the buffer is overwritten
+        // only if that leaves the chain the one holder.
+        let x = if free {
             drop(x);
-            match values.slots[x_slot].take().map(Arc::try_unwrap) {
-                Some(Ok(Tensor::F32(mut a))) => {
-                    let d = a
-                        .as_slice_mut()
-                        .expect("tensors are kept in standard layout");
-                    chain.run(walk, None, d);
-                    a
-                }
-                Some(Ok(other)) => unreachable!("checked f32 above, got {}", other.dtype()),
-                Some(Err(shared)) => fresh_output(chain, walk, &shared, &shape),
-                None => unreachable!("the input was fetched from the values above"),
-            }
+            values.slots[x_slot]
+                .take()
+                .expect("the input was fetched from the values above")
         } else {
-            fresh_output(chain, walk, &x, &shape)
+            x
+        };
+        let out = match Arc::try_unwrap(x) {
+            Ok(Tensor::F32(mut a)) => {
+                let d = a
+                    .as_slice_mut()
+                    .expect("tensors are kept in standard layout");
+                chain.run(walk, None, d);
+                a
+            }
+            Ok(other) => fresh_output(chain, walk, &other, &shape),
+            Err(shared) => fresh_output(chain, walk, &shared, &shape),
         };
         for &s in &chain.internal {
             values.slots[s] = None;

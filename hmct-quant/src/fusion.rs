@@ -369,8 +369,9 @@ pub(crate) fn find_chains(plan: &Plan) -> Vec<Chain> {
         regs.insert(node.outputs[0], 1);
         let mut members = vec![head];
         let mut steps = vec![first];
-        // Each prefix that could end the chain: its length, and the constants it uses.
-        let mut ends = Vec::new();
+        // The longest prefix that can end the chain: its length, and the constants it
+        // uses.
+        let mut end = None;
         while members.len() < MAX_CHAIN {
             // The first unclaimed node reading a value of the chain (not just its input)
             // and nothing but chain values and constants.
@@ -401,10 +402,10 @@ pub(crate) fn find_chains(plan: &Plan) -> Vec<Chain> {
                 !is_output[s] && readers[s].iter().all(|r| members.contains(r))
             });
             if closed {
-                ends.push((members.len(), consts.len()));
+                end = Some((members.len(), consts.len()));
             }
         }
-        let Some(&(len, n_consts)) = ends.last() else {
+        let Some((len, n_consts)) = end else {
             continue;
         };
         members.truncate(len);

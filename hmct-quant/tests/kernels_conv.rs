@@ -1,29 +1,11 @@
 //! Conv kernels against a naive reference on random shapes (dense, grouped, depthwise,
 //! pointwise; strides, dilations, pads), and bit-identical results for 1 and 3 threads.
 
-use hmct_proto::onnx::AttributeProto;
-use hmct_proto::onnx::attribute_proto::AttributeType;
-use hmct_quant::ops::{Attrs, NodeSpec, build_kernel};
+mod common;
+
+use common::kernel::{int, ints, run_kernel};
 use hmct_tensor::Tensor;
 use proptest::prelude::*;
-
-fn ints(name: &str, v: &[i64]) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        r#type: Some(AttributeType::Ints as i32),
-        ints: v.to_vec(),
-        ..Default::default()
-    }
-}
-
-fn int(name: &str, v: i64) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        r#type: Some(AttributeType::Int as i32),
-        i: Some(v),
-        ..Default::default()
-    }
-}
 
 fn values(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed
@@ -127,21 +109,7 @@ fn run_conv(c: &Case, x: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
         ints("pads", &c.p.map(|v| v as i64)),
         int("group", c.group as i64),
     ];
-    let present = [true; 3];
-    let consts = [None; 3];
-    let spec = NodeSpec {
-        name: "conv",
-        op_type: "Conv",
-        domain: "",
-        opset: 13,
-        attrs: Attrs::new(&attrs),
-        num_inputs: 3,
-        inputs_present: &present,
-        num_outputs: 1,
-        const_inputs: &consts,
-    };
-    let k = build_kernel(&spec).unwrap();
-    k.run(&[Some(x), Some(w), Some(b)]).unwrap().remove(0)
+    run_kernel("Conv", 13, &attrs, &[x, w, b])
 }
 
 /// Runs `c` on data drawn from `seed`, `seed + 1`, `seed + 2` (input, weight, bias)

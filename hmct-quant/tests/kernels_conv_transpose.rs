@@ -2,20 +2,11 @@
 //! non-overlapping path (kernel = stride, as in DBNet heads) and the general col2im
 //! path, and bit-identical results for 1 and 3 threads.
 
-use hmct_proto::onnx::AttributeProto;
-use hmct_proto::onnx::attribute_proto::AttributeType;
-use hmct_quant::ops::{Attrs, NodeSpec, build_kernel};
+mod common;
+
+use common::kernel::{int, ints, run_kernel};
 use hmct_tensor::Tensor;
 use proptest::prelude::*;
-
-fn ints(name: &str, v: &[i64]) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        r#type: Some(AttributeType::Ints as i32),
-        ints: v.to_vec(),
-        ..Default::default()
-    }
-}
 
 fn values(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -86,30 +77,10 @@ fn run(c: &Case, x: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
     let attrs = vec![
         ints("strides", &[c.s[0] as i64, c.s[1] as i64]),
         ints("kernel_shape", &[c.k[0] as i64, c.k[1] as i64]),
-        AttributeProto {
-            name: Some("group".into()),
-            r#type: Some(AttributeType::Int as i32),
-            i: Some(c.group as i64),
-            ..Default::default()
-        },
+        int("group", c.group as i64),
     ];
     let n_in = if c.bias { 3 } else { 2 };
-    let present = vec![true; n_in];
-    let consts = vec![None; n_in];
-    let spec = NodeSpec {
-        name: "convtranspose",
-        op_type: "ConvTranspose",
-        domain: "",
-        opset: 13,
-        attrs: Attrs::new(&attrs),
-        num_inputs: n_in,
-        inputs_present: &present,
-        num_outputs: 1,
-        const_inputs: &consts,
-    };
-    let k = build_kernel(&spec).unwrap();
-    let inputs: Vec<Option<&Tensor>> = [Some(x), Some(w), Some(b)][..n_in].to_vec();
-    k.run(&inputs).unwrap().remove(0)
+    run_kernel("ConvTranspose", 13, &attrs, &[x, w, b][..n_in])
 }
 
 fn tensors(c: &Case) -> (Tensor, Tensor, Tensor, Vec<f32>, Vec<f32>, Vec<f32>) {

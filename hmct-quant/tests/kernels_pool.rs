@@ -3,20 +3,11 @@
 //! NaN: each output is its window's first tap inside the data, replaced by any later
 //! tap (in row-major order) greater than it.
 
-use hmct_proto::onnx::AttributeProto;
-use hmct_proto::onnx::attribute_proto::AttributeType;
-use hmct_quant::ops::{Attrs, NodeSpec, build_kernel};
+mod common;
+
+use common::kernel::{int, ints, run_kernel};
 use hmct_tensor::Tensor;
 use proptest::prelude::*;
-
-fn ints(name: &str, v: &[usize]) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        r#type: Some(AttributeType::Ints as i32),
-        ints: v.iter().map(|&x| x as i64).collect(),
-        ..Default::default()
-    }
-}
 
 #[derive(Debug, Clone)]
 struct Case {
@@ -167,29 +158,9 @@ fn max_pool(c: &Case, x: &Tensor) -> Tensor {
         ints("pads", &c.pads),
     ];
     if c.ceil {
-        attrs.push(AttributeProto {
-            name: Some("ceil_mode".into()),
-            r#type: Some(AttributeType::Int as i32),
-            i: Some(1),
-            ..Default::default()
-        });
+        attrs.push(int("ceil_mode", 1));
     }
-    let spec = NodeSpec {
-        name: "pool",
-        op_type: "MaxPool",
-        domain: "",
-        opset: 12,
-        attrs: Attrs::new(&attrs),
-        num_inputs: 1,
-        inputs_present: &[true],
-        num_outputs: 1,
-        const_inputs: &[None],
-    };
-    build_kernel(&spec)
-        .unwrap()
-        .run(&[Some(x)])
-        .unwrap()
-        .remove(0)
+    run_kernel("MaxPool", 12, &attrs, &[x])
 }
 
 proptest! {

@@ -115,20 +115,8 @@ pub(crate) fn batch_norm_f32_affine(
     params: [&Tensor; 4],
     epsilon: f32,
 ) -> Result<(Vec<f32>, Vec<f32>), OpError> {
-    let [scale, bias, mean, var] = params;
-    let c = scale.len();
-    let p = [
-        self::params(scale, "scale")?,
-        self::params(bias, "B")?,
-        self::params(mean, "mean")?,
-        self::params(var, "var")?,
-    ];
-    if p.iter().any(|v| v.len() != c) {
-        return Err(OpError::invalid(
-            "BatchNormalization parameters differ in length",
-        ));
-    }
-    let (a, b) = scale_shift(&p[0], &p[1], &p[2], &p[3], epsilon as f64);
+    let [scale, bias, mean, var] = param_values(params, params[0].len())?;
+    let (a, b) = scale_shift(&scale, &bias, &mean, &var, epsilon as f64);
     Ok(coefficients(&a, &b))
 }
 
@@ -220,12 +208,23 @@ fn bn_params(inputs: &[Option<&Tensor>], xs: &[usize]) -> Result<[Vec<f64>; 4], 
     if xs.len() < 2 {
         return Err(OpError::invalid(format!("BatchNormalization input {xs:?}")));
     }
-    let c = xs[1];
+    let tensors = [
+        input(inputs, 1)?,
+        input(inputs, 2)?,
+        input(inputs, 3)?,
+        input(inputs, 4)?,
+    ];
+    param_values(tensors, xs[1])
+}
+
+/// The values of BatchNormalization's (scale, B, mean, var), each of `c` values.
+fn param_values(tensors: [&Tensor; 4], c: usize) -> Result<[Vec<f64>; 4], OpError> {
+    let [scale, bias, mean, var] = tensors;
     let p = [
-        params(input(inputs, 1)?, "scale")?,
-        params(input(inputs, 2)?, "B")?,
-        params(input(inputs, 3)?, "mean")?,
-        params(input(inputs, 4)?, "var")?,
+        params(scale, "scale")?,
+        params(bias, "B")?,
+        params(mean, "mean")?,
+        params(var, "var")?,
     ];
     if p.iter().any(|v| v.len() != c) {
         return Err(OpError::invalid(format!(

@@ -238,13 +238,7 @@ fn max_pool_values<T: PoolElem>(x: &[T], xs: &[usize], g: &Win3, lowest: T, skip
     let plane = |scratch: &mut (Vec<T>, Vec<T>), (p, out): (usize, &mut [T])| {
         let (split, wide) = scratch;
         let xp = &x[p * in_vol..][..in_vol];
-        #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU has AVX2.
-            unsafe { geo.plane_avx2(xp, out, split, wide, lowest, skip) };
-            return;
-        }
-        geo.plane(xp, out, split, wide, lowest, skip);
+        pool_plane(&geo, xp, out, split, wide, lowest, skip);
     };
     if y.len() * g.k_vol() < (1 << 16) {
         let mut scratch = (Vec::new(), Vec::new());
@@ -257,6 +251,22 @@ fn max_pool_values<T: PoolElem>(x: &[T], xs: &[usize], g: &Win3, lowest: T, skip
             .for_each_init(|| (Vec::new(), Vec::new()), plane);
     }
     y
+}
+
+/// [`PhaseGeometry::plane`], compiled for AVX2 where the CPU has it, so the loops
+/// without hand-written vector code (other element types, odd strides) vectorize eight
+/// lanes wide.
+#[multiversion::multiversion(targets("x86_64+avx2"))]
+fn pool_plane<T: PoolElem>(
+    geo: &PhaseGeometry,
+    x: &[T],
+    out: &mut [T],
+    split: &mut Vec<T>,
+    wide: &mut Vec<T>,
+    lowest: T,
+    skip: T,
+) {
+    geo.plane(x, out, split, wide, lowest, skip);
 }
 
 /// Element types of [`max_pool_values`], with its inner loop.
@@ -413,25 +423,6 @@ impl PhaseGeometry {
 
     fn phase_planes(&self) -> usize {
         self.g.stride[1] * self.g.stride[2]
-    }
-
-    /// [`Self::plane`] compiled for AVX2, so the loops without hand-written vector
-    /// code (other element types, odd strides) vectorize eight lanes wide.
-    ///
-    /// # Safety
-    /// The CPU has AVX2.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn plane_avx2<T: PoolElem>(
-        &self,
-        x: &[T],
-        out: &mut [T],
-        split: &mut Vec<T>,
-        wide: &mut Vec<T>,
-        lowest: T,
-        skip: T,
-    ) {
-        self.plane(x, out, split, wide, lowest, skip);
     }
 
     /// Pools one plane `x` into `out`, with `split` and `wide` as scratch.
