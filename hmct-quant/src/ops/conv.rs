@@ -1,7 +1,7 @@
 //! Conv, ConvInteger and ConvTranspose (1-D, 2-D and 3-D).
 //!
-//! f32 1-D and 2-D convs with several input channels per group run the direct AVX2
-//! kernel of [`super::conv_direct`] where the CPU has it. Otherwise Conv lowers to
+//! f32 1-D and 2-D convs with several input channels per group run the direct
+//! AVX-512 or AVX2 kernel of [`super::conv_direct`] where the CPU has one. Otherwise Conv lowers to
 //! GEMM: a 1×1 stride-1 unpadded conv multiplies the weight by the input
 //! directly, other convs unfold (im2col) a block of output rows at a time into a
 //! buffer that stays in cache, and convs with one input channel per group (depthwise)
@@ -491,12 +491,12 @@ pub(crate) fn conv_nd<T: Scalar>(
     }
     if let (Some(xf), Some(wf)) = (f32_slice(x), f32_slice(w))
         && super::conv_direct::fits(&g3, cg)
-        && super::conv_direct::available()
+        && let Some(isa) = super::conv_direct::best_isa()
     {
         let mut y = crate::buffers::take::<T>(n * m * out_vol);
         let bf = bias.and_then(f32_slice);
         if let Some(yf) = f32_slice_mut(&mut y) {
-            super::conv_direct::conv(xf, wf, bf, yf, n, c, m, group, &g3);
+            super::conv_direct::conv(isa, xf, wf, bf, yf, n, c, m, group, &g3);
             return Ok((y, shape));
         }
     }

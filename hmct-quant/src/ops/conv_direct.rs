@@ -1,30 +1,37 @@
-//! Direct f32 convolution with AVX2 and FMA, for 1-D and 2-D convs of any stride,
-//! dilation and padding with more than one input channel per group.
+//! Direct f32 convolution with AVX-512 or AVX2 and FMA, for 1-D and 2-D convs of any
+//! stride, dilation and padding with more than one input channel per group.
 //!
 //! The im2col + GEMM path copies every input value once per kernel tap and packs the
 //! copy again inside the GEMM, and pre-fills the output with the bias: on the small
 //! channel counts of mobile CNNs that copying costs about as much as the arithmetic.
-//! Here each output tile of 6 channels × 16 positions is summed in registers straight
-//! from the input planes, starting from the bias, and stored once.
+//! Here each output tile (AVX2: 6 channels × 16 positions; AVX-512: 12 channels × 32
+//! positions) is summed in registers straight from the input planes, starting from
+//! the bias, and stored once.
 //!
 //! Input that needs padding or has a stride is copied, a few rows of one block of
 //! channels at a time right before they are used (so the copy stays in cache), into
 //! rows with the zero padding in place and split into `stride` phases (columns
-//! `p, p + s, p + 2s, ...`): every tap of every output tile then reads 16 consecutive
-//! values. Unpadded stride-1 convs on narrow rows, whose last tile per row would be
-//! mostly empty, are summed as one line at the input's row width instead (the few
-//! positions between rows are computed and dropped), so nearly every tile is full.
+//! `p, p + s, p + 2s, ...`): every tap of every output tile then reads a tile's width
+//! of consecutive values. Unpadded stride-1 convs on narrow rows, whose last tile per
+//! row would be mostly empty, are summed as one line at the input's row width instead
+//! (the few positions between rows are computed and dropped), so nearly every tile is
+//! full.
 //! Each output element is `bias + Σ_c Σ_taps w·x` summed in that order with
-//! fused multiply-adds, whatever the tiling or the thread count.
+//! fused multiply-adds, whatever the instruction set, the tiling or the thread count,
+//! so the AVX2 and AVX-512 kernels give the same bits.
 
 use rayon::prelude::*;
 
 use super::conv::Win3;
 use super::matmul::gemm_util::{Scalar, SendPtr};
 
-/// Output channels and positions of one register tile.
-const MR: usize = 6;
-const NR: usize = 16;
+/// Output channels and positions of one register tile, per instruction set.
+const MR_AVX2: usize = 6;
+const NR_AVX2: usize = 16;
+const MR_AVX512: usize = 12;
+const NR_AVX512: usize = 32;
+/// The most output channels any tile has.
+const MR_MAX: usize = 12;
 /// Input elements one task reads per block of input channels (128 KiB, a quarter of
 /// a 512 KiB L2 cache), which sets how many output rows or columns a task covers.
 /// Fixed, so results never depend on threads.
@@ -40,14 +47,56 @@ const SERIAL_WORK: usize = 1 << 20;
 /// per-thread scratch that buffer leaves behind.
 const WIDE_SUMS: usize = 1 << 16;
 
-/// Whether this CPU runs the direct kernel.
-pub(crate) fn available() -> bool {
+/// The instruction sets the direct kernel is written for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Isa {
+    Avx2Fma,
+    Avx512,
+}
+
+impl Isa {
+    /// Output channels and positions of one register tile.
+    fn tile(self) -> (usize, usize) {
+        match self {
+            Isa::Avx2Fma => (MR_AVX2, NR_AVX2),
+            Isa::Avx512 => (MR_AVX512, NR_AVX512),
+        }
+    }
+}
+
+/// The instruction set the direct kernel uses: the widest this CPU has, or the one
+/// named by the environment variable `HMCT_CONV_ISA` (`avx2` or `avx512`) when the CPU
+/// has it, so the two can be timed against each other on one machine. Both give the
+/// same bits.
+pub(crate) fn best_isa() -> Option<Isa> {
+    static CHOSEN: std::sync::OnceLock<Option<Isa>> = std::sync::OnceLock::new();
+    *CHOSEN.get_or_init(|| {
+        let requested = match std::env::var("HMCT_CONV_ISA").as_deref() {
+            Ok("avx2") => Some(Isa::Avx2Fma),
+            Ok("avx512") => Some(Isa::Avx512),
+            _ => None,
+        };
+        match requested {
+            Some(isa) if supports(isa) => Some(isa),
+            _ => [Isa::Avx512, Isa::Avx2Fma]
+                .into_iter()
+                .find(|&isa| supports(isa)),
+        }
+    })
+}
+
+/// Whether this CPU runs `isa`.
+fn supports(isa: Isa) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+        match isa {
+            Isa::Avx2Fma => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
+            Isa::Avx512 => is_x86_feature_detected!("avx512f"),
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
+        let _ = isa;
         false
     }
 }
@@ -58,12 +107,12 @@ pub(crate) fn fits(g: &Win3, cg: usize) -> bool {
     cg > 1 && g.input[0] == 1 && g.out[0] == 1 && g.kernel[0] == 1 && g.pad.iter().all(|&p| p >= 0)
 }
 
-/// Whether `oh` output rows of `ow` positions fill more of the `NR`-wide tiles as one
+/// Whether `oh` output rows of `ow` positions fill more of the `nr`-wide tiles as one
 /// line at the input's row width `iw` than row by row: narrow rows leave most of their
 /// last tile empty, a wide line only the `iw - ow` positions each row skips.
-fn wide_fills_better(oh: usize, ow: usize, iw: usize) -> bool {
-    let by_rows = oh * ow.next_multiple_of(NR);
-    let wide = ((oh - 1) * iw + ow).next_multiple_of(NR);
+fn wide_fills_better(oh: usize, ow: usize, iw: usize, nr: usize) -> bool {
+    let by_rows = oh * ow.next_multiple_of(nr);
+    let wide = ((oh - 1) * iw + ow).next_multiple_of(nr);
     // Tiles computed, with a margin for the trim copy.
     wide * 10 < by_rows * 9
 }
@@ -89,7 +138,7 @@ struct Layout {
 }
 
 impl Layout {
-    fn new(g: &Win3) -> Layout {
+    fn new(g: &Win3, nr: usize) -> Layout {
         let [_, ih, iw] = g.input;
         let [_, oh, ow] = g.out;
         let [_, kh, kw] = g.kernel;
@@ -106,7 +155,7 @@ impl Layout {
                 .collect();
             let (lines, line_len, line_stride, wide) = if sh == 1 && ow == iw {
                 (1, oh * ow, 0, None)
-            } else if sh == 1 && wide_fills_better(oh, ow, iw) {
+            } else if sh == 1 && wide_fills_better(oh, ow, iw, nr) {
                 (1, (oh - 1) * iw + ow, 0, Some(iw))
             } else {
                 (oh, ow, sh * iw, None)
@@ -182,9 +231,10 @@ impl Layout {
 }
 
 /// `y = conv(x, w) + bias` for f32 NCHW data; `y` is written in full. The caller checks
-/// [`available`] and [`fits`].
+/// that the CPU has `isa` (e.g. from [`best_isa`]) and [`fits`].
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn conv(
+    isa: Isa,
     x: &[f32],
     w: &[f32],
     bias: Option<&[f32]>,
@@ -196,20 +246,21 @@ pub(crate) fn conv(
     g: &Win3,
 ) {
     let (cg, mg) = (c / group, m / group);
-    let lay = Layout::new(g);
+    let (mr, nr) = isa.tile();
+    let lay = Layout::new(g, nr);
     let (in_vol, out_vol, k_vol) = (g.in_vol(), g.out_vol(), g.k_vol());
     let kdim = cg * k_vol;
     let work = n * m * out_vol * kdim;
 
-    // Weights of each group, `MR` channels at a time, in the order the kernel reads
+    // Weights of each group, `mr` channels at a time, in the order the kernel reads
     // them: channel block, input channel, tap, then the block's channels.
     let mut packed = vec![0.0f32; m * kdim];
     for gi in 0..group {
         let wg = &w[gi * mg * kdim..][..mg * kdim];
         let pg = &mut packed[gi * mg * kdim..][..mg * kdim];
         let mut i = 0;
-        for m0 in (0..mg).step_by(MR) {
-            let rows = MR.min(mg - m0);
+        for m0 in (0..mg).step_by(mr) {
+            let rows = mr.min(mg - m0);
             for k in 0..kdim {
                 for r in 0..rows {
                     pg[i] = wg[(m0 + r) * kdim + k];
@@ -224,11 +275,11 @@ pub(crate) fn conv(
     // alone give few tasks.
     let c_block = (K_BLOCK / k_vol).clamp(1, cg);
     let (line_group, col_chunk) = if lay.lines == 1 {
-        let mut cols = (TASK_INPUT / (c_block * k_vol)).max(NR) / NR * NR;
+        let mut cols = (TASK_INPUT / (c_block * k_vol)).max(nr) / nr * nr;
         if lay.wide.is_some() {
-            cols = cols.min((WIDE_SUMS / mg).max(NR) / NR * NR);
+            cols = cols.min((WIDE_SUMS / mg).max(nr) / nr * nr);
         }
-        (1, cols.min(lay.line_len.next_multiple_of(NR)))
+        (1, cols.min(lay.line_len.next_multiple_of(nr)))
     } else {
         let per_line = c_block * lay.row_step * lay.row_len;
         (
@@ -293,9 +344,9 @@ pub(crate) fn conv(
                     } else {
                         (&xg[c0 * in_vol..], in_vol, 0)
                     };
-                    // Output channels [mb, mb + MR) × positions [j, j + len) of line l.
+                    // Output channels [mb, mb + mr) × positions [j, j + len) of line l.
                     let run = |l: usize, j: usize, len: usize, mb: usize| {
-                        let rows = MR.min(m1 - mb);
+                        let rows = mr.min(m1 - mb);
                         let ch = gi * mg + mb;
                         let wq = &packed[ch * kdim + c0 * k_vol * rows..][..cn * k_vol * rows];
                         let base = (l - line0) * lay.line_stride + j;
@@ -323,19 +374,19 @@ pub(crate) fn conv(
                                 taps: &lay.taps,
                                 w: wq,
                             };
-                            segment(xs, base, terms, rows, init, out, ldo, len);
+                            segment(isa, xs, base, terms, rows, init, out, ldo, len);
                         }
                     };
                     for l in l0..l1 {
                         if channels_inner {
                             // The tile's input stays in L1 across the channel's row blocks.
-                            for j in (j0..j1).step_by(NR) {
-                                let len = NR.min(j1 - j);
-                                (m0..m1).step_by(MR).for_each(|mb| run(l, j, len, mb));
+                            for j in (j0..j1).step_by(nr) {
+                                let len = nr.min(j1 - j);
+                                (m0..m1).step_by(mr).for_each(|mb| run(l, j, len, mb));
                             }
                         } else {
-                            // Six output rows are written at a time, a stream each.
-                            for mb in (m0..m1).step_by(MR) {
+                            // A tile's output rows are written at a time, a stream each.
+                            for mb in (m0..m1).step_by(mr) {
                                 run(l, j0, j1 - j0, mb);
                             }
                         }
@@ -407,7 +458,7 @@ struct Terms<'a> {
 #[derive(Clone, Copy)]
 enum Init {
     /// The bias of the tile's channels (zero beyond `rows` or without a bias).
-    Bias([f32; MR]),
+    Bias([f32; MR_MAX]),
     /// The values in the output, stored by the previous channel block.
     Output,
 }
@@ -424,14 +475,15 @@ impl Init {
     }
 }
 
-/// `rows` (≤ `MR`) channels × `len` consecutive positions: tiles of `NR` positions
-/// and a last, narrower one.
+/// `rows` (at most `isa`'s tile rows) channels × `len` consecutive positions: full
+/// tiles and a last, narrower one.
 ///
 /// # Safety
-/// The CPU has AVX2 and FMA; `out` points to `rows` rows of `len` writable values,
-/// `ldo` apart; `base + taps[t] + len - 1 + (channels - 1) * chan < x.len()` for every
-/// tap.
+/// The CPU has `isa`; `out` points to `rows` rows of `len` writable values, `ldo`
+/// apart; `base + taps[t] + len - 1 + (channels - 1) * chan < x.len()` for every tap.
+#[allow(clippy::too_many_arguments)]
 unsafe fn segment(
+    isa: Isa,
     x: &[f32],
     base: usize,
     terms: Terms,
@@ -445,18 +497,34 @@ unsafe fn segment(
     // SAFETY: forwarded from the caller.
     unsafe {
         let x = x.as_ptr().add(base);
-        match rows {
-            6 => avx2::segment::<6>(x, terms, init, out, ldo, len),
-            5 => avx2::segment::<5>(x, terms, init, out, ldo, len),
-            4 => avx2::segment::<4>(x, terms, init, out, ldo, len),
-            3 => avx2::segment::<3>(x, terms, init, out, ldo, len),
-            2 => avx2::segment::<2>(x, terms, init, out, ldo, len),
-            _ => avx2::segment::<1>(x, terms, init, out, ldo, len),
+        match isa {
+            Isa::Avx2Fma => match rows {
+                6 => avx2::segment::<6>(x, terms, init, out, ldo, len),
+                5 => avx2::segment::<5>(x, terms, init, out, ldo, len),
+                4 => avx2::segment::<4>(x, terms, init, out, ldo, len),
+                3 => avx2::segment::<3>(x, terms, init, out, ldo, len),
+                2 => avx2::segment::<2>(x, terms, init, out, ldo, len),
+                _ => avx2::segment::<1>(x, terms, init, out, ldo, len),
+            },
+            Isa::Avx512 => match rows {
+                12 => avx512::segment::<12>(x, terms, init, out, ldo, len),
+                11 => avx512::segment::<11>(x, terms, init, out, ldo, len),
+                10 => avx512::segment::<10>(x, terms, init, out, ldo, len),
+                9 => avx512::segment::<9>(x, terms, init, out, ldo, len),
+                8 => avx512::segment::<8>(x, terms, init, out, ldo, len),
+                7 => avx512::segment::<7>(x, terms, init, out, ldo, len),
+                6 => avx512::segment::<6>(x, terms, init, out, ldo, len),
+                5 => avx512::segment::<5>(x, terms, init, out, ldo, len),
+                4 => avx512::segment::<4>(x, terms, init, out, ldo, len),
+                3 => avx512::segment::<3>(x, terms, init, out, ldo, len),
+                2 => avx512::segment::<2>(x, terms, init, out, ldo, len),
+                _ => avx512::segment::<1>(x, terms, init, out, ldo, len),
+            },
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (x, base, terms, rows, init, out, ldo, len);
+        let _ = (isa, x, base, terms, rows, init, out, ldo, len);
         unreachable!("the direct conv runs only where `available` said so");
     }
 }
@@ -487,7 +555,7 @@ mod avx2 {
         ldo: usize,
         len: usize,
     ) {
-        let nr = super::NR;
+        let nr = super::NR_AVX2;
         let full = len / nr * nr;
         // SAFETY: every tile lies inside the segment the caller vouched for.
         unsafe {
@@ -557,6 +625,264 @@ mod avx2 {
                     _mm256_storeu_ps(o.add(8), a[1]);
                 }
             }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    /// See [`super::segment`]; `R` rows.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn segment<const R: usize>(
+        x: *const f32,
+        terms: super::Terms,
+        init: super::Init,
+        out: *mut f32,
+        ldo: usize,
+        len: usize,
+    ) {
+        let nr = super::NR_AVX512;
+        let full = len / nr * nr;
+        // SAFETY: every tile lies inside the segment the caller vouched for.
+        unsafe {
+            for j in (0..full).step_by(nr) {
+                tile::<R, false>(x.add(j), terms, init, out.add(j), ldo, nr);
+            }
+            if full < len {
+                tile::<R, true>(x.add(full), terms, init, out.add(full), ldo, len - full);
+            }
+        }
+    }
+
+    /// Lanes `i` with `i < n` set, for `n` in `0..=16`.
+    fn mask(n: usize) -> __mmask16 {
+        ((1u32 << n) - 1) as __mmask16
+    }
+
+    /// One tile of `R` rows × `cols` (≤ 32) positions; `MASKED` when fewer than 32.
+    /// Masked-off lanes are neither read nor written.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn tile<const R: usize, const MASKED: bool>(
+        x: *const f32,
+        terms: super::Terms,
+        init: super::Init,
+        out: *mut f32,
+        ldo: usize,
+        cols: usize,
+    ) {
+        let (k0, k1) = (mask(cols.min(16)), mask(cols.saturating_sub(16)));
+        let mut acc = [[_mm512_setzero_ps(); 2]; R];
+        let mut wp = terms.w.as_ptr();
+        // SAFETY (whole body): the caller guarantees every read of `x` and every
+        // access to `out` is in bounds; `w` holds `R` weights per (channel, tap).
+        unsafe {
+            for (r, a) in acc.iter_mut().enumerate() {
+                *a = match init {
+                    super::Init::Bias(b) => [_mm512_set1_ps(b[r]); 2],
+                    super::Init::Output if MASKED => {
+                        let o = out.add(r * ldo);
+                        [
+                            _mm512_maskz_loadu_ps(k0, o),
+                            _mm512_maskz_loadu_ps(k1, o.add(16)),
+                        ]
+                    }
+                    super::Init::Output => {
+                        let o = out.add(r * ldo);
+                        [_mm512_loadu_ps(o), _mm512_loadu_ps(o.add(16))]
+                    }
+                };
+            }
+            for ci in 0..terms.channels {
+                let xc = x.add(ci * terms.chan);
+                for &off in terms.taps {
+                    let p = xc.add(off);
+                    let (x0, x1) = if MASKED {
+                        (
+                            _mm512_maskz_loadu_ps(k0, p),
+                            _mm512_maskz_loadu_ps(k1, p.add(16)),
+                        )
+                    } else {
+                        (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)))
+                    };
+                    for (r, a) in acc.iter_mut().enumerate() {
+                        let wv = _mm512_set1_ps(*wp.add(r));
+                        a[0] = _mm512_fmadd_ps(wv, x0, a[0]);
+                        a[1] = _mm512_fmadd_ps(wv, x1, a[1]);
+                    }
+                    wp = wp.add(R);
+                }
+            }
+            for (r, a) in acc.iter().enumerate() {
+                let o = out.add(r * ldo);
+                if MASKED {
+                    _mm512_mask_storeu_ps(o, k0, a[0]);
+                    _mm512_mask_storeu_ps(o.add(16), k1, a[1]);
+                } else {
+                    _mm512_storeu_ps(o, a[0]);
+                    _mm512_storeu_ps(o.add(16), a[1]);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Values in [-1, 1) from a fixed generator.
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect()
+    }
+
+    /// A 2-D conv: batch, input channels, output channels, groups, input rows and
+    /// columns, kernel, stride, dilation, pads (top, left, bottom, right).
+    struct Shape {
+        n: usize,
+        c: usize,
+        m: usize,
+        group: usize,
+        hw: [usize; 2],
+        k: [usize; 2],
+        s: [usize; 2],
+        d: [usize; 2],
+        p: [usize; 4],
+    }
+
+    fn run(isa: Isa, sh: &Shape) -> Vec<f32> {
+        let out = |i: usize| {
+            (sh.hw[i] + sh.p[i] + sh.p[i + 2] - (sh.k[i] - 1) * sh.d[i] - 1) / sh.s[i] + 1
+        };
+        let g = Win3 {
+            input: [1, sh.hw[0], sh.hw[1]],
+            out: [1, out(0), out(1)],
+            kernel: [1, sh.k[0], sh.k[1]],
+            stride: [1, sh.s[0], sh.s[1]],
+            dil: [1, sh.d[0], sh.d[1]],
+            pad: [0, sh.p[0] as isize, sh.p[1] as isize],
+        };
+        assert!(fits(&g, sh.c / sh.group));
+        let x = values(sh.n * sh.c * g.in_vol(), 1);
+        let w = values(sh.m * sh.c / sh.group * g.k_vol(), 2);
+        let b = values(sh.m, 3);
+        let mut y = vec![f32::NAN; sh.n * sh.m * g.out_vol()];
+        conv(
+            isa,
+            &x,
+            &w,
+            Some(&b),
+            &mut y,
+            sh.n,
+            sh.c,
+            sh.m,
+            sh.group,
+            &g,
+        );
+        y
+    }
+
+    /// The AVX-512 and AVX2 kernels sum every output in the same order, so they give
+    /// the same bits, on full and partial tiles of both, several channel blocks, wide
+    /// lines, phase-split strides, dilation, groups and batches.
+    #[test]
+    fn instruction_sets_give_the_same_bits() {
+        if !supports(Isa::Avx512) || !supports(Isa::Avx2Fma) {
+            eprintln!("skipped: this CPU lacks AVX-512 or AVX2+FMA");
+            return;
+        }
+        let base = Shape {
+            n: 1,
+            c: 16,
+            m: 24,
+            group: 1,
+            hw: [20, 40],
+            k: [3, 3],
+            s: [1, 1],
+            d: [1, 1],
+            p: [1, 1, 1, 1],
+        };
+        let shapes = [
+            Shape { ..base },
+            Shape {
+                m: 13,
+                hw: [5, 33],
+                ..base
+            },
+            Shape {
+                c: 40,
+                m: 9,
+                hw: [6, 21],
+                ..base
+            },
+            Shape {
+                c: 300,
+                m: 17,
+                hw: [3, 7],
+                k: [1, 1],
+                p: [0; 4],
+                ..base
+            },
+            Shape {
+                c: 32,
+                m: 64,
+                hw: [23, 23],
+                p: [0; 4],
+                ..base
+            },
+            Shape {
+                c: 3,
+                m: 16,
+                hw: [31, 45],
+                s: [2, 2],
+                ..base
+            },
+            Shape {
+                n: 2,
+                c: 8,
+                m: 10,
+                group: 2,
+                hw: [12, 12],
+                d: [2, 2],
+                p: [0; 4],
+                ..base
+            },
+            Shape {
+                c: 20,
+                m: 100,
+                hw: [4, 4],
+                ..base
+            },
+            Shape {
+                c: 7,
+                m: 600,
+                hw: [12, 12],
+                p: [0; 4],
+                ..base
+            },
+            Shape {
+                c: 24,
+                m: 7,
+                hw: [1, 70],
+                k: [1, 5],
+                p: [0, 2, 0, 2],
+                ..base
+            },
+        ];
+        for (i, sh) in shapes.iter().enumerate() {
+            let (a, b) = (run(Isa::Avx2Fma, sh), run(Isa::Avx512, sh));
+            let same = a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits());
+            assert!(same, "shape {i}: AVX2 and AVX-512 differ");
         }
     }
 }
