@@ -252,24 +252,6 @@ pub(crate) fn conv(
     let kdim = cg * k_vol;
     let work = n * m * out_vol * kdim;
 
-    // Weights of each group, `mr` channels at a time, in the order the kernel reads
-    // them: channel block, input channel, tap, then the block's channels.
-    let mut packed = vec![0.0f32; m * kdim];
-    for gi in 0..group {
-        let wg = &w[gi * mg * kdim..][..mg * kdim];
-        let pg = &mut packed[gi * mg * kdim..][..mg * kdim];
-        let mut i = 0;
-        for m0 in (0..mg).step_by(mr) {
-            let rows = mr.min(mg - m0);
-            for k in 0..kdim {
-                for r in 0..rows {
-                    pg[i] = wg[(m0 + r) * kdim + k];
-                    i += 1;
-                }
-            }
-        }
-    }
-
     // Tasks: output lines in groups (or, for a single line, column ranges) sized by
     // the input one channel block of them reads, times channel chunks when positions
     // alone give few tasks.
@@ -348,7 +330,7 @@ pub(crate) fn conv(
                     let run = |l: usize, j: usize, len: usize, mb: usize| {
                         let rows = mr.min(m1 - mb);
                         let ch = gi * mg + mb;
-                        let wq = &packed[ch * kdim + c0 * k_vol * rows..][..cn * k_vol * rows];
+                        let wq = &w[ch * kdim + c0 * k_vol..][..(rows - 1) * kdim + cn * k_vol];
                         let base = (l - line0) * lay.line_stride + j;
                         let init = Init::new(c0, bias, ch, rows);
                         // SAFETY: this writes channels [ch, ch + rows) × positions
@@ -373,6 +355,7 @@ pub(crate) fn conv(
                                 channels: cn,
                                 taps: &lay.taps,
                                 w: wq,
+                                w_row: kdim,
                             };
                             segment(isa, xs, base, terms, rows, init, out, ldo, len);
                         }
@@ -444,14 +427,17 @@ unsafe fn trim_wide(
 }
 
 /// What a tile sums over: `channels` input channels `chan` elements apart, each read
-/// at every tap offset, times weights interleaved by output channel (`R` per channel
-/// and tap).
+/// at every tap offset, times the weights of each output channel, which are read in
+/// place (rows `w_row` apart, one weight per channel and tap in the order summed):
+/// a broadcast costs the same from any address, and packing them per call cost more
+/// than the sums on small convs.
 #[derive(Clone, Copy)]
 struct Terms<'a> {
     chan: usize,
     channels: usize,
     taps: &'a [usize],
     w: &'a [f32],
+    w_row: usize,
 }
 
 /// What a tile's sums start from.
@@ -583,7 +569,7 @@ mod avx2 {
         let mut acc = [[_mm256_setzero_ps(); 2]; R];
         let mut wp = terms.w.as_ptr();
         // SAFETY (whole body): the caller guarantees every read of `x` and every
-        // access to `out` is in bounds; `w` holds `R` weights per (channel, tap).
+        // access to `out` is in bounds; `w` holds `R` rows of weights `w_row` apart, one per (channel, tap).
         unsafe {
             for (r, a) in acc.iter_mut().enumerate() {
                 *a = match init {
@@ -608,11 +594,11 @@ mod avx2 {
                         (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)))
                     };
                     for (r, a) in acc.iter_mut().enumerate() {
-                        let wv = _mm256_broadcast_ss(&*wp.add(r));
+                        let wv = _mm256_broadcast_ss(&*wp.add(r * terms.w_row));
                         a[0] = _mm256_fmadd_ps(wv, x0, a[0]);
                         a[1] = _mm256_fmadd_ps(wv, x1, a[1]);
                     }
-                    wp = wp.add(R);
+                    wp = wp.add(1);
                 }
             }
             for (r, a) in acc.iter().enumerate() {
@@ -677,7 +663,7 @@ mod avx512 {
         let mut acc = [[_mm512_setzero_ps(); 2]; R];
         let mut wp = terms.w.as_ptr();
         // SAFETY (whole body): the caller guarantees every read of `x` and every
-        // access to `out` is in bounds; `w` holds `R` weights per (channel, tap).
+        // access to `out` is in bounds; `w` holds `R` rows of weights `w_row` apart, one per (channel, tap).
         unsafe {
             for (r, a) in acc.iter_mut().enumerate() {
                 *a = match init {
@@ -708,11 +694,11 @@ mod avx512 {
                         (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)))
                     };
                     for (r, a) in acc.iter_mut().enumerate() {
-                        let wv = _mm512_set1_ps(*wp.add(r));
+                        let wv = _mm512_set1_ps(*wp.add(r * terms.w_row));
                         a[0] = _mm512_fmadd_ps(wv, x0, a[0]);
                         a[1] = _mm512_fmadd_ps(wv, x1, a[1]);
                     }
-                    wp = wp.add(R);
+                    wp = wp.add(1);
                 }
             }
             for (r, a) in acc.iter().enumerate() {
