@@ -66,6 +66,47 @@ fn batch_offsets(dims: &[usize], out: &[usize], mat: usize) -> Vec<usize> {
     offs
 }
 
+/// Output columns one task of [`vec_mat`] sums at a time: 256 f32 sums are sixteen
+/// AVX-512 registers.
+const VEC_MAT_COLS: usize = 256;
+
+/// `y = a · b` for one row `a` of `k` values and a row-major `k × n` matrix `b` (the
+/// dense layers of a CNN at batch 1). Each output is `Σ_i a[i]·b[i][j]` summed in `i`
+/// order, with fused multiply-adds where the CPU has FMA. A GEMM would pack `b` for a
+/// product that reads it once; here each row of `b` is streamed once into a block of
+/// column sums held in registers. Column blocks are independent tasks, so results do
+/// not depend on the thread count.
+fn vec_mat<T: Scalar>(a: &[T], b: &[T], n: usize, y: &mut [T]) {
+    let task = |(c, yc): (usize, &mut [T])| vec_mat_block(a, b, n, c * VEC_MAT_COLS, yc);
+    if a.len() * n < (1 << 20) {
+        y.chunks_mut(VEC_MAT_COLS).enumerate().for_each(task);
+    } else {
+        y.par_chunks_mut(VEC_MAT_COLS).enumerate().for_each(task);
+    }
+}
+
+/// Columns `j0..j0 + y.len()` of [`vec_mat`].
+#[multiversion::multiversion(targets("x86_64+avx512f+avx2+fma", "x86_64+avx2+fma"))]
+fn vec_mat_block<T: Scalar>(a: &[T], b: &[T], n: usize, j0: usize, y: &mut [T]) {
+    let fma = multiversion::target::target_cfg_f!(target_feature = "fma");
+    let width = y.len();
+    let mut sums = [T::zero(); VEC_MAT_COLS];
+    let sums = &mut sums[..width];
+    for (i, &ai) in a.iter().enumerate() {
+        let row = &b[i * n + j0..][..width];
+        if fma {
+            for (s, &bv) in sums.iter_mut().zip(row) {
+                *s = ai.mul_add(bv, *s);
+            }
+        } else {
+            for (s, &bv) in sums.iter_mut().zip(row) {
+                *s = *s + ai * bv;
+            }
+        }
+    }
+    y.copy_from_slice(sums);
+}
+
 /// Numpy `matmul` semantics on row-major data: 1-D operands are promoted and the
 /// promoted axis removed from the result; batch dims broadcast.
 pub(crate) fn matmul_nd<T: Scalar>(
@@ -108,6 +149,10 @@ pub(crate) fn matmul_nd<T: Scalar>(
     if b_batch == 1 && a_shape[..ra - 2].iter().product::<usize>() == nb {
         // A shared B: fold A's batch into its rows, one big product.
         let rows = nb * m;
+        if rows == 1 {
+            vec_mat(a, b, n, &mut y);
+            return Ok((y, out_shape));
+        }
         gu::gemm(
             rows,
             n,
