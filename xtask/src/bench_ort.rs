@@ -3,9 +3,15 @@
 //! ratio per model. Ratios, not absolute times: the machine is noisy.
 //!
 //! onnxruntime runs in a Python process (a venv under `target/ort-venv`, created on
-//! first use with pinned versions from PyPI) that times one run per command it reads
-//! on stdin, so both sides are timed the same way: median of N single runs after a
-//! warm-up, alternating ours / theirs.
+//! first use with pinned versions from PyPI) that, per command it reads on stdin,
+//! times a given number of runs in a row, so both sides are timed the same way. Two
+//! figures per model:
+//! - *single*: the median of N single runs, ours and theirs alternating. Each run
+//!   starts after the other engine ran (or this one's thread waited), so caches and
+//!   the idle core are cold, as for a model run now and then.
+//! - *warm*: N rounds of `WARM_BLOCK` runs in a row per engine, alternating; the first
+//!   run of each block is dropped and the median of the rest taken, as for the
+//!   back-to-back runs of a sensitivity sweep.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -37,10 +43,16 @@ for inp in sess.get_inputs():
 sess.run(None, feeds)
 print("ready", flush=True)
 for line in sys.stdin:
-    t = time.perf_counter()
-    sess.run(None, feeds)
-    print(time.perf_counter() - t, flush=True)
+    times = []
+    for _ in range(int(line)):
+        t = time.perf_counter()
+        sess.run(None, feeds)
+        times.append(time.perf_counter() - t)
+    print(" ".join(map(str, times)), flush=True)
 "#;
+
+/// Runs in a row per engine and round of the warm figure; the first is dropped.
+const WARM_BLOCK: usize = 10;
 
 pub struct Options {
     pub models: Vec<PathBuf>,
@@ -86,8 +98,15 @@ fn median(mut v: Vec<f64>) -> f64 {
 pub fn run(root: &Path, opts: &Options) -> Result<()> {
     let python = venv_python(root)?;
     println!(
-        "{:<28} {:>7} {:>12} {:>12} {:>12}",
-        "model", "threads", "ours ms", "ort ms", "ours/ort"
+        "{:<28} {:>7} {:>18} {:>18} {:>9} {:>18} {:>18} {:>9}",
+        "model",
+        "threads",
+        "single: ours ms",
+        "ort ms",
+        "ours/ort",
+        "warm: ours ms",
+        "ort ms",
+        "ours/ort"
     );
     for model_path in &opts.models {
         let dir = model_path.parent().context("model path has no folder")?;
@@ -129,28 +148,50 @@ pub fn run(root: &Path, opts: &Options) -> Result<()> {
             if line.trim() != "ready" {
                 bail!("onnxruntime could not load {}", model_path.display());
             }
-            let (mut ours, mut theirs) = (Vec::new(), Vec::new());
-            for _ in 0..opts.runs {
-                let t = Instant::now();
-                session.run(&inputs, &config)?;
-                ours.push(t.elapsed().as_secs_f64());
-                writeln!(to_ort, "run")?;
+            // Times `k` runs of onnxruntime in a row.
+            let mut ort_runs = |k: usize| -> Result<Vec<f64>> {
+                writeln!(to_ort, "{k}")?;
                 line.clear();
                 from_ort.read_line(&mut line)?;
-                theirs.push(line.trim().parse::<f64>().context("ort timing")?);
+                line.split_whitespace()
+                    .map(|t| t.parse::<f64>().context("ort timing"))
+                    .collect()
+            };
+            let our_runs = |k: usize| -> Result<Vec<f64>> {
+                (0..k)
+                    .map(|_| {
+                        let t = Instant::now();
+                        session.run(&inputs, &config)?;
+                        Ok(t.elapsed().as_secs_f64())
+                    })
+                    .collect()
+            };
+            let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+            for _ in 0..opts.runs {
+                ours.extend(our_runs(1)?);
+                theirs.extend(ort_runs(1)?);
+            }
+            let (mut ours_warm, mut theirs_warm) = (Vec::new(), Vec::new());
+            for _ in 0..opts.runs {
+                ours_warm.extend(our_runs(WARM_BLOCK)?.into_iter().skip(1));
+                theirs_warm.extend(ort_runs(WARM_BLOCK)?.into_iter().skip(1));
             }
             drop(to_ort);
             child.wait()?;
             let (a, b) = (median(ours), median(theirs));
+            let (aw, bw) = (median(ours_warm), median(theirs_warm));
             println!(
-                "{:<28} {:>7} {:>12.3} {:>12.3} {:>12.2}",
+                "{:<28} {:>7} {:>18.3} {:>18.3} {:>9.2} {:>18.3} {:>18.3} {:>9.2}",
                 dir.file_name()
                     .map(|n| n.to_string_lossy().into_owned())
                     .unwrap_or_default(),
                 threads,
                 a * 1e3,
                 b * 1e3,
-                a / b
+                a / b,
+                aw * 1e3,
+                bw * 1e3,
+                aw / bw
             );
         }
     }
