@@ -569,7 +569,8 @@ mod avx2 {
         let mut acc = [[_mm256_setzero_ps(); 2]; R];
         let mut wp = terms.w.as_ptr();
         // SAFETY (whole body): the caller guarantees every read of `x` and every
-        // access to `out` is in bounds; `w` holds `R` rows of weights `w_row` apart, one per (channel, tap).
+        // access to `out` is in bounds; `w` holds `R` rows of weights, `w_row` apart,
+        // one weight per (channel, tap).
         unsafe {
             for (r, a) in acc.iter_mut().enumerate() {
                 *a = match init {
@@ -663,7 +664,8 @@ mod avx512 {
         let mut acc = [[_mm512_setzero_ps(); 2]; R];
         let mut wp = terms.w.as_ptr();
         // SAFETY (whole body): the caller guarantees every read of `x` and every
-        // access to `out` is in bounds; `w` holds `R` rows of weights `w_row` apart, one per (channel, tap).
+        // access to `out` is in bounds; `w` holds `R` rows of weights, `w_row` apart,
+        // one weight per (channel, tap).
         unsafe {
             for (r, a) in acc.iter_mut().enumerate() {
                 *a = match init {
