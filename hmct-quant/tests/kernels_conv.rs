@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::kernel::{int, ints, run_kernel};
+use common::kernel::{f32_bits, int, ints, on_threads, run_kernel};
 use hmct_tensor::Tensor;
 use proptest::prelude::*;
 
@@ -467,21 +467,8 @@ fn conv_is_thread_count_independent() {
         )
         .unwrap();
         let b = Tensor::from_f32(&[m], values(m, 6)).unwrap();
-        let run = |threads| {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap();
-            pool.install(|| run_conv(&c, &x, &w, &b))
-        };
+        let run = |threads| on_threads(threads, || run_conv(&c, &x, &w, &b));
         let (one, three) = (run(1), run(3));
-        let bits = |t: &Tensor| {
-            t.as_f32()
-                .unwrap()
-                .iter()
-                .map(|v| v.to_bits())
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(bits(&one), bits(&three), "{c:?}");
+        assert_eq!(f32_bits(&one), f32_bits(&three), "{c:?}");
     }
 }

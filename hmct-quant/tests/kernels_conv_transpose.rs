@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::kernel::{int, ints, run_kernel};
+use common::kernel::{int, ints, on_threads, run_kernel};
 use hmct_tensor::Tensor;
 use proptest::prelude::*;
 
@@ -167,13 +167,7 @@ fn conv_transpose_is_thread_count_independent() {
     ];
     for c in cases {
         let (x, w, b, ..) = tensors(&c);
-        let on = |threads: usize| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap()
-                .install(|| run(&c, &x, &w, &b))
-        };
+        let on = |threads: usize| on_threads(threads, || run(&c, &x, &w, &b));
         let (a, z) = (on(1), on(3));
         assert_eq!(
             a.as_f32().unwrap().as_slice().unwrap(),

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::kernel::run_kernel;
+use common::kernel::{f32_bits, on_threads, run_kernel};
 use hmct_tensor::Tensor;
 
 fn values(n: usize, seed: u64) -> Vec<f32> {
@@ -25,13 +25,7 @@ fn check(a_shape: &[usize], k: usize, n: usize) {
     let b = values(k * n, 2);
     let at = Tensor::from_f32(a_shape, a.clone()).unwrap();
     let bt = Tensor::from_f32(&[k, n], b.clone()).unwrap();
-    let run = |threads| {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
-        pool.install(|| run_kernel("MatMul", 13, &[], &[&at, &bt]))
-    };
+    let run = |threads| on_threads(threads, || run_kernel("MatMul", 13, &[], &[&at, &bt]));
     let (one, three) = (run(1), run(3));
     let mut want_shape = a_shape[..a_shape.len() - 1].to_vec();
     want_shape.push(n);
@@ -50,14 +44,7 @@ fn check(a_shape: &[usize], k: usize, n: usize) {
             got[j]
         );
     }
-    let bits = |t: &Tensor| {
-        t.as_f32()
-            .unwrap()
-            .iter()
-            .map(|v| v.to_bits())
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(bits(&one), bits(&three), "{a_shape:?} x [{k}, {n}]");
+    assert_eq!(f32_bits(&one), f32_bits(&three), "{a_shape:?} x [{k}, {n}]");
 }
 
 #[test]

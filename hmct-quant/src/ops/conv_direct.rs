@@ -31,7 +31,11 @@ const NR_AVX2: usize = 16;
 const MR_AVX512: usize = 12;
 const NR_AVX512: usize = 32;
 /// The most output channels any tile has.
-const MR_MAX: usize = 12;
+const MR_MAX: usize = if MR_AVX2 > MR_AVX512 {
+    MR_AVX2
+} else {
+    MR_AVX512
+};
 /// Input elements one task reads per block of input channels (128 KiB, a quarter of
 /// a 512 KiB L2 cache), which sets how many output rows or columns a task covers.
 /// Fixed, so results never depend on threads.

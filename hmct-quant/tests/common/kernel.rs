@@ -56,3 +56,17 @@ pub fn run_kernel(
     let inputs: Vec<Option<&Tensor>> = inputs.iter().map(|&t| Some(t)).collect();
     build_kernel(&spec).unwrap().run(&inputs).unwrap().remove(0)
 }
+
+/// Runs `f` on a rayon pool of `threads` threads.
+pub fn on_threads<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> R {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap()
+        .install(f)
+}
+
+/// The bits of every value of an f32 tensor, to compare results exactly.
+pub fn f32_bits(t: &Tensor) -> Vec<u32> {
+    t.as_f32().unwrap().iter().map(|v| v.to_bits()).collect()
+}
