@@ -19,7 +19,8 @@ use hmct_tensor::Tensor;
 const MIN_LEN: usize = 1 << 16;
 /// Most elements a thread's pool holds (256 MiB of f32, several times what the
 /// DBNet head keeps alive at once); beyond it, buffers are freed. Pools live as long
-/// as their threads (the session's worker threads).
+/// as their threads (the session's worker threads, or the caller's for a one-thread
+/// session).
 const MAX_POOLED: usize = 1 << 26;
 
 thread_local! {

@@ -173,7 +173,8 @@ pub struct NodeTimes {
 }
 
 impl Session {
-    /// A session running on `threads` threads (0 = all cores).
+    /// A session running on `threads` threads (0 = all cores). A session of one
+    /// thread runs on the thread that calls it (no handoff to a pool thread).
     pub fn new(plan: Plan, threads: usize) -> Result<Session, RunError> {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
@@ -311,8 +312,15 @@ impl Session {
         wanted: &[Slot],
         capture: Capture,
     ) -> Result<Values, RunError> {
-        self.pool
-            .install(|| self.execute(known, base_config, config, wanted, capture))
+        let run = || self.execute(known, base_config, config, wanted, capture);
+        if self.threads == 1 {
+            // On the caller's thread: handing the run to the pool's one thread and
+            // waking the caller afterwards costs more than many small models' runs
+            // (see the `par` module).
+            crate::par::sequential(run)
+        } else {
+            self.pool.install(run)
+        }
     }
 
     fn execute(

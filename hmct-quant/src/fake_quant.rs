@@ -402,7 +402,7 @@ impl FakeQuant {
 const PAR_CHUNK: usize = 1 << 15;
 
 fn par_chunks(data: &mut [f32], f: impl Fn(&mut [f32]) + Sync + Send) {
-    if data.len() <= PAR_CHUNK {
+    if data.len() <= PAR_CHUNK || !crate::par::enabled() {
         f(data);
     } else {
         data.par_chunks_mut(PAR_CHUNK).for_each(f);
@@ -430,15 +430,20 @@ fn apply_int(p: &IntQuant, data: &mut [f32], shape: &[usize]) {
     }
     if inner >= 64 {
         // One contiguous run of `inner` elements per (outer, channel).
-        let min_len = (PAR_CHUNK / inner).max(1);
-        data.par_chunks_mut(inner)
-            .with_min_len(min_len)
-            .enumerate()
-            .for_each(|(i, run)| {
-                let c = p.channel(i / channels, outers, i % channels, channels);
-                let (lo, hi) = bounds(p, p.zero_points[c]);
-                kernels::int_uniform(run, p.scales[c], lo, hi);
-            });
+        let one = |(i, run): (usize, &mut [f32])| {
+            let c = p.channel(i / channels, outers, i % channels, channels);
+            let (lo, hi) = bounds(p, p.zero_points[c]);
+            kernels::int_uniform(run, p.scales[c], lo, hi);
+        };
+        if data.len() <= PAR_CHUNK || !crate::par::enabled() {
+            data.chunks_mut(inner).enumerate().for_each(one);
+        } else {
+            let min_len = (PAR_CHUNK / inner).max(1);
+            data.par_chunks_mut(inner)
+                .with_min_len(min_len)
+                .enumerate()
+                .for_each(one);
+        }
     } else {
         // Channels change every few elements: expand the parameters over one row of
         // `channels * inner` elements (one row per group) and run the element-wise
@@ -457,15 +462,20 @@ fn apply_int(p: &IntQuant, data: &mut [f32], shape: &[usize]) {
             }
         }
         let rows_per_group = outers / groups;
-        let min_len = (PAR_CHUNK / row).max(1);
-        data.par_chunks_mut(row)
-            .with_min_len(min_len)
-            .enumerate()
-            .for_each(|(outer, r)| {
-                let at = (outer / rows_per_group) * row;
-                let range = at..at + row;
-                kernels::int_per_element(r, &s[range.clone()], &lo[range.clone()], &hi[range]);
-            });
+        let one = |(outer, r): (usize, &mut [f32])| {
+            let at = (outer / rows_per_group) * row;
+            let range = at..at + row;
+            kernels::int_per_element(r, &s[range.clone()], &lo[range.clone()], &hi[range]);
+        };
+        if data.len() <= PAR_CHUNK || !crate::par::enabled() {
+            data.chunks_mut(row).enumerate().for_each(one);
+        } else {
+            let min_len = (PAR_CHUNK / row).max(1);
+            data.par_chunks_mut(row)
+                .with_min_len(min_len)
+                .enumerate()
+                .for_each(one);
+        }
     }
 }
 

@@ -175,7 +175,7 @@ impl Chain {
             let from = src.map(|s| &s[p * walk.piece..][..out.len()]);
             run_piece(self, channel, from, out, buf);
         };
-        if dst.len() < PAR_MIN {
+        if dst.len() < PAR_MIN || !crate::par::enabled() {
             let mut buf = Vec::new();
             dst.chunks_mut(walk.piece)
                 .enumerate()

@@ -12,6 +12,7 @@ pub mod fake_quant;
 mod fusion;
 pub mod model;
 pub mod ops;
+mod par;
 pub mod plan;
 
 pub use exec::{Base, Capture, Config, NodeTimes, Override, RunError, Session, Values};

@@ -577,7 +577,7 @@ pub(crate) fn conv_nd<T: Scalar>(
     };
     let tasks = n * group * m_chunks * chunks;
     let work = n * m * out_vol * kdim;
-    if tasks == 1 || work < (1 << 20) {
+    if tasks == 1 || work < (1 << 20) || !crate::par::enabled() {
         let mut buf = Vec::new();
         (0..tasks).for_each(|t| run_task(&mut buf, t));
     } else {
@@ -695,7 +695,7 @@ fn depthwise<T: Scalar>(x: &[T], w: &[T], y: &mut [T], g: &Win3, m: usize, mg: u
         let xc = &x[(b * c + mo / mg) * in_vol..][..in_vol];
         dw_plane(xc, &w[mo * k_vol..][..k_vol], out, g, buf);
     };
-    if y.len() * k_vol < (1 << 18) {
+    if y.len() * k_vol < (1 << 18) || !crate::par::enabled() {
         let mut buf = Vec::new();
         y.chunks_mut(out_vol)
             .enumerate()
@@ -1051,7 +1051,7 @@ impl ConvTransposeKernel {
                             xin,
                         );
                     };
-                    if yb.len() * k_vol < (1 << 18) {
+                    if yb.len() * k_vol < (1 << 18) || !crate::par::enabled() {
                         yb.chunks_mut(out_vol).enumerate().for_each(col2im);
                     } else {
                         yb.par_chunks_mut(out_vol).enumerate().for_each(col2im);
@@ -1150,7 +1150,7 @@ fn transpose_tiled<T: Scalar>(
         }
     };
     let tasks = n * group * chunks;
-    if tasks == 1 || n * m * out_vol * cg < (1 << 20) {
+    if tasks == 1 || n * m * out_vol * cg < (1 << 20) || !crate::par::enabled() {
         let mut buf = Vec::new();
         (0..tasks).for_each(|t| task(&mut buf, t));
     } else {

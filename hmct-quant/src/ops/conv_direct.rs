@@ -388,7 +388,7 @@ pub(crate) fn conv(
             }
         });
     };
-    if tasks == 1 || work < SERIAL_WORK {
+    if tasks == 1 || work < SERIAL_WORK || !crate::par::enabled() {
         (0..tasks).for_each(task);
     } else {
         (0..tasks).into_par_iter().for_each(task);

@@ -211,7 +211,7 @@ pub(crate) fn gemm<T: Scalar>(
     let tm = m.div_ceil(TILE_M);
     let tn = n.div_ceil(tile_n);
     let cp = SendPtr(c.as_mut_ptr());
-    (0..tm * tn).into_par_iter().for_each(|t| {
+    let tile = |t: usize| {
         let (ti, tj) = (t / tn, t % tn);
         let (i0, j0) = (ti * TILE_M, tj * tile_n);
         let (mi, nj) = (TILE_M.min(m - i0), tile_n.min(n - j0));
@@ -241,7 +241,13 @@ pub(crate) fn gemm<T: Scalar>(
                 alpha,
             )
         };
-    });
+    };
+    // The same tiles either way: a tile's values do not depend on who computes it.
+    if crate::par::enabled() {
+        (0..tm * tn).into_par_iter().for_each(tile);
+    } else {
+        (0..tm * tn).for_each(tile);
+    }
 }
 
 #[cfg(test)]

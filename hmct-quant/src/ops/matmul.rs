@@ -78,7 +78,7 @@ const VEC_MAT_COLS: usize = 256;
 /// not depend on the thread count.
 fn vec_mat<T: Scalar>(a: &[T], b: &[T], n: usize, y: &mut [T]) {
     let task = |(c, yc): (usize, &mut [T])| vec_mat_block(a, b, n, c * VEC_MAT_COLS, yc);
-    if a.len() * n < (1 << 20) {
+    if a.len() * n < (1 << 20) || !crate::par::enabled() {
         y.chunks_mut(VEC_MAT_COLS).enumerate().for_each(task);
     } else {
         y.par_chunks_mut(VEC_MAT_COLS).enumerate().for_each(task);
@@ -182,7 +182,11 @@ pub(crate) fn matmul_nd<T: Scalar>(
         );
     };
     if nb >= 4 && nb * m * n * k >= (1 << 20) {
-        y.par_chunks_mut(m * n).enumerate().for_each(one);
+        if crate::par::enabled() {
+            y.par_chunks_mut(m * n).enumerate().for_each(one);
+        } else {
+            y.chunks_mut(m * n).enumerate().for_each(one);
+        }
     } else if nb * m * n * k >= (1 << 20) {
         for i in 0..nb {
             let c = &mut y[i * m * n..][..m * n];

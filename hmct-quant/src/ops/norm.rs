@@ -133,7 +133,7 @@ fn affine_planes<T: Float + Send + Sync>(x: &mut [T], inner: usize, a: &[f64], b
             *v = *v * s + t;
         }
     };
-    if x.len() < (1 << 16) {
+    if x.len() < (1 << 16) || !crate::par::enabled() {
         x.chunks_mut(inner).enumerate().for_each(f);
     } else {
         x.par_chunks_mut(inner)
@@ -165,7 +165,7 @@ fn moments<T: Float + Send + Sync>(x: &[T], len: usize) -> Vec<(f64, f64)> {
             / n;
         (mean, var)
     };
-    if x.len() < (1 << 16) {
+    if x.len() < (1 << 16) || !crate::par::enabled() {
         x.chunks(len).map(one).collect()
     } else {
         x.par_chunks(len)
@@ -410,7 +410,7 @@ impl Kernel for LayerNorm {
                         *e = num_traits::cast(n * scale[j] + bias[j]).unwrap_or_else(Float::nan);
                     }
                 };
-                if v.len() < (1 << 16) {
+                if v.len() < (1 << 16) || !crate::par::enabled() {
                     v.chunks_mut(len).enumerate().for_each(f);
                 } else {
                     v.par_chunks_mut(len).enumerate().for_each(f);

@@ -144,7 +144,7 @@ fn avg_pool<T: num_traits::Float + Send + Sync>(
             }
         }
     };
-    if y.len() * g.k_vol() < (1 << 16) {
+    if y.len() * g.k_vol() < (1 << 16) || !crate::par::enabled() {
         y.chunks_mut(out_vol.max(1)).enumerate().for_each(plane);
     } else {
         y.par_chunks_mut(out_vol.max(1)).enumerate().for_each(plane);
@@ -202,7 +202,7 @@ fn max_pool<T: Copy + PartialOrd + Send + Sync>(
         }
     };
     let chunk = out_vol.max(1);
-    if y.len() * g.k_vol() < (1 << 16) {
+    if y.len() * g.k_vol() < (1 << 16) || !crate::par::enabled() {
         y.chunks_mut(chunk)
             .zip(idx.chunks_mut(chunk))
             .enumerate()
@@ -240,7 +240,7 @@ fn max_pool_values<T: PoolElem>(x: &[T], xs: &[usize], g: &Win3, lowest: T, skip
         let xp = &x[p * in_vol..][..in_vol];
         pool_plane(&geo, xp, out, split, wide, lowest, skip);
     };
-    if y.len() * g.k_vol() < (1 << 16) {
+    if y.len() * g.k_vol() < (1 << 16) || !crate::par::enabled() {
         let mut scratch = (Vec::new(), Vec::new());
         y.chunks_mut(out_vol)
             .enumerate()
@@ -661,18 +661,23 @@ fn global(x: &Tensor, max: bool) -> Result<Vec<Tensor>, OpError> {
             let y: Vec<f32> = if vol == 0 {
                 vec![f32::NAN; shape.iter().product()]
             } else {
-                d.par_chunks(vol)
-                    .with_min_len((1 << 14) / vol.max(1) + 1)
-                    .map(|p| {
-                        if max {
-                            p.iter().copied().fold(f32::NEG_INFINITY, |m, v| {
-                                if v > m || v.is_nan() { v } else { m }
-                            })
-                        } else {
-                            (sum_f64(p) / p.len() as f64) as f32
-                        }
-                    })
-                    .collect()
+                let one = |p: &[f32]| {
+                    if max {
+                        p.iter().copied().fold(f32::NEG_INFINITY, |m, v| {
+                            if v > m || v.is_nan() { v } else { m }
+                        })
+                    } else {
+                        (sum_f64(p) / p.len() as f64) as f32
+                    }
+                };
+                if d.len() < (1 << 15) || !crate::par::enabled() {
+                    d.chunks(vol).map(one).collect()
+                } else {
+                    d.par_chunks(vol)
+                        .with_min_len((1 << 14) / vol.max(1) + 1)
+                        .map(one)
+                        .collect()
+                }
             };
             Tensor::F32(shaped(&shape, y)?)
         }

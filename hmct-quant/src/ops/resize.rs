@@ -506,7 +506,7 @@ fn resize_axis<T: Sample>(
         }
     };
     let chunk = (out_w * inner).max(1);
-    if y.len() < (1 << 16) {
+    if y.len() < (1 << 16) || !crate::par::enabled() {
         y.chunks_mut(chunk).enumerate().for_each(block);
     } else {
         y.par_chunks_mut(chunk).enumerate().for_each(block);

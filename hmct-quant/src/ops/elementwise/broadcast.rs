@@ -42,7 +42,7 @@ pub(crate) fn for_chunks<O: Send>(
     parallel: bool,
     f: &(dyn Fn(usize, &mut [O]) + Sync),
 ) {
-    if parallel {
+    if parallel && crate::par::enabled() {
         let chunk = chunk.max(1);
         out.par_chunks_mut(chunk)
             .enumerate()
