@@ -257,16 +257,7 @@ pub struct InsertedNode {
 
 /// The input specs of a planned model, for opening a calibration-data folder.
 pub fn input_specs(session: &Session) -> Vec<InputSpec> {
-    session
-        .plan()
-        .inputs()
-        .iter()
-        .map(|i| InputSpec {
-            name: i.name.clone(),
-            dtype: i.dtype,
-            dims: i.dims.clone(),
-        })
-        .collect()
+    session.plan().input_specs()
 }
 
 /// Calibrates `model` (a float model) on the calibration-data folder `data`.

@@ -430,6 +430,19 @@ impl Plan {
         &self.inputs
     }
 
+    /// The graph inputs as specs for reading input files (e.g. a calibration-data
+    /// folder with `hmct_tensor::Dataset`).
+    pub fn input_specs(&self) -> Vec<hmct_tensor::InputSpec> {
+        self.inputs
+            .iter()
+            .map(|i| hmct_tensor::InputSpec {
+                name: i.name.clone(),
+                dtype: i.dtype,
+                dims: i.dims.clone(),
+            })
+            .collect()
+    }
+
     /// Graph output slots in order.
     pub fn outputs(&self) -> &[Slot] {
         &self.outputs

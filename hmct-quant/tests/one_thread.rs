@@ -7,6 +7,9 @@
 //! site they reach would split its work (the 640x640 detector, calibrated so that fake
 //! quantization runs on large activations too).
 
+mod common;
+
+use common::kernel::f32_bits;
 use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -14,24 +17,7 @@ use std::time::Duration;
 use hmct_ir::load_model;
 use hmct_ir::testing::{calibrate_for_tests, shared_dir};
 use hmct_quant::{Config, Session, plan_model};
-use hmct_tensor::{Dataset, InputSpec, Tensor};
-
-fn input_specs(session: &Session) -> Vec<InputSpec> {
-    session
-        .plan()
-        .inputs()
-        .iter()
-        .map(|i| InputSpec {
-            name: i.name.clone(),
-            dtype: i.dtype,
-            dims: i.dims.clone(),
-        })
-        .collect()
-}
-
-fn bits(t: &Tensor) -> Vec<u32> {
-    t.as_f32().unwrap().iter().map(|v| v.to_bits()).collect()
-}
+use hmct_tensor::{Dataset, Tensor};
 
 /// Runs `model_path` (calibrated when asked) on its first sample under the float and
 /// the calibrated configuration on one and on two threads, and compares the outputs.
@@ -44,7 +30,7 @@ fn one_thread_equals_two(models: &Path, dir: &str, file: &str, calibrate: bool) 
     let two = Session::new(plan_model(&model).unwrap(), 2).unwrap();
     let data = Dataset::open(
         &models.join(dir).join("calibration_data"),
-        &input_specs(&one),
+        &one.plan().input_specs(),
     )
     .unwrap();
     let inputs = data.sample(0).unwrap();
@@ -61,7 +47,11 @@ fn one_thread_equals_two(models: &Path, dir: &str, file: &str, calibrate: bool) 
         let a = one.run(&refs, config).unwrap();
         let b = two.run(&refs, config).unwrap();
         for (k, (a, b)) in a.iter().zip(&b).enumerate() {
-            assert_eq!(bits(a), bits(b), "{dir}: output {k}, 1 vs 2 threads");
+            assert_eq!(
+                f32_bits(a),
+                f32_bits(b),
+                "{dir}: output {k}, 1 vs 2 threads"
+            );
         }
     }
 }

@@ -1,12 +1,15 @@
 //! The interpreter on the real models of ../shared/models against onnxruntime's
 //! reference outputs, and incremental re-execution / thread count against full runs.
 
+mod common;
+
+use common::kernel::f32_bits;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use hmct_ir::load_model;
 use hmct_quant::{Capture, Config, Override, Session, plan_model};
-use hmct_tensor::{Dataset, InputSpec, Tensor, read_npy, sanitize_name};
+use hmct_tensor::{Dataset, Tensor, read_npy, sanitize_name};
 
 fn models_dir() -> Option<PathBuf> {
     let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/models");
@@ -20,23 +23,6 @@ fn model_file(dir: &Path) -> PathBuf {
         .map(|e| e.path())
         .find(|p| p.extension().is_some_and(|e| e == "onnx"))
         .expect("an .onnx file")
-}
-
-fn input_specs(session: &Session) -> Vec<InputSpec> {
-    session
-        .plan()
-        .inputs()
-        .iter()
-        .map(|i| InputSpec {
-            name: i.name.clone(),
-            dtype: i.dtype,
-            dims: i.dims.clone(),
-        })
-        .collect()
-}
-
-fn bits(t: &Tensor) -> Vec<u32> {
-    t.as_f32().unwrap().iter().map(|v| v.to_bits()).collect()
 }
 
 /// Every model matches onnxruntime within 1e-4 of its output scale on every sample.
@@ -58,7 +44,8 @@ fn real_models_match_onnxruntime() {
         let model = load_model(model_file(&dir)).unwrap();
         let plan = plan_model(&model).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         let session = Session::new(plan, 0).unwrap();
-        let data = Dataset::open(&dir.join("calibration_data"), &input_specs(&session)).unwrap();
+        let data =
+            Dataset::open(&dir.join("calibration_data"), &session.plan().input_specs()).unwrap();
         let output_names: Vec<String> = session
             .plan()
             .output_names()
@@ -133,7 +120,8 @@ fn writing_into_inputs_changes_no_bit() {
         }
         let model = load_model(model_file(&dir)).unwrap();
         let session = Session::new(plan_model(&model).unwrap(), 0).unwrap();
-        let data = Dataset::open(&dir.join("calibration_data"), &input_specs(&session)).unwrap();
+        let data =
+            Dataset::open(&dir.join("calibration_data"), &session.plan().input_specs()).unwrap();
         let inputs = data.sample(0).unwrap();
         let refs: Vec<(&str, Tensor)> = inputs
             .iter()
@@ -152,8 +140,8 @@ fn writing_into_inputs_changes_no_bit() {
             .unwrap();
         for (k, &s) in outputs.iter().enumerate() {
             assert_eq!(
-                bits(&reused[k]),
-                bits(&session.value(&kept, s).unwrap()),
+                f32_bits(&reused[k]),
+                f32_bits(&session.value(&kept, s).unwrap()),
                 "{} output {k}",
                 dir.display()
             );
@@ -175,7 +163,7 @@ fn incremental_equals_full_and_threads_do_not_matter() {
     let session = Session::new(plan, 2).unwrap();
     let data = Dataset::open(
         &root.join("mtcnn_pnet/calibration_data"),
-        &input_specs(&session),
+        &session.plan().input_specs(),
     )
     .unwrap();
     let inputs = data.sample(0).unwrap();
@@ -226,13 +214,17 @@ fn incremental_equals_full_and_threads_do_not_matter() {
         let serial = full_out(&one, cfg);
         for (k, &s) in outputs.iter().enumerate() {
             let a = session.value(&inc, s).unwrap();
-            assert_eq!(bits(&a), bits(&full[k]), "incremental vs full, output {k}");
             assert_eq!(
-                bits(&serial[k]),
-                bits(&full[k]),
+                f32_bits(&a),
+                f32_bits(&full[k]),
+                "incremental vs full, output {k}"
+            );
+            assert_eq!(
+                f32_bits(&serial[k]),
+                f32_bits(&full[k]),
                 "1 vs 2 threads, output {k}"
             );
-            if bits(&a) != bits(&session.value(&float, s).unwrap()) {
+            if f32_bits(&a) != f32_bits(&session.value(&float, s).unwrap()) {
                 differs_from_float += 1;
             }
         }
