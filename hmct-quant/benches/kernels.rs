@@ -93,21 +93,35 @@ fn fake_quant(c: &mut Criterion) {
 fn conv(c: &mut Criterion) {
     let mut g = c.benchmark_group("conv");
     g.sample_size(20);
-    // (name, input channels, output channels, group, kernel, stride, pad, input size)
-    let shapes: [(&str, usize, usize, usize, usize, usize, usize, usize); 9] = [
-        ("3x3_64to64_160x160", 64, 64, 1, 3, 1, 1, 160),
-        ("depthwise3x3_64_160x160", 64, 64, 64, 3, 1, 1, 160),
-        ("1x1_64to64_160x160", 64, 64, 1, 1, 1, 0, 160),
-        ("3x3_96to24_160x160", 96, 24, 1, 3, 1, 1, 160),
-        ("3x3s2_3to16_640x640", 3, 16, 1, 3, 2, 1, 640),
-        ("1x1_16to32_320x320", 16, 32, 1, 1, 1, 0, 320),
-        ("1x1_384to384_20x20", 384, 384, 1, 1, 1, 0, 20),
-        ("3x3_32to64_23x23", 32, 64, 1, 3, 1, 0, 23),
-        ("3x3_64to64_10x10", 64, 64, 1, 3, 1, 0, 10),
+    // (name, input channels, output channels, group, kernel, stride, pad, input height
+    // and width)
+    type Shape = (
+        &'static str,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        [usize; 2],
+    );
+    let shapes: [Shape; 11] = [
+        ("3x3_64to64_160x160", 64, 64, 1, 3, 1, 1, [160, 160]),
+        ("depthwise3x3_64_160x160", 64, 64, 64, 3, 1, 1, [160, 160]),
+        ("1x1_64to64_160x160", 64, 64, 1, 1, 1, 0, [160, 160]),
+        ("3x3_96to24_160x160", 96, 24, 1, 3, 1, 1, [160, 160]),
+        ("3x3s2_3to16_640x640", 3, 16, 1, 3, 2, 1, [640, 640]),
+        ("1x1_16to32_320x320", 16, 32, 1, 1, 1, 0, [320, 320]),
+        ("1x1_384to384_20x20", 384, 384, 1, 1, 1, 0, [20, 20]),
+        ("3x3_32to64_23x23", 32, 64, 1, 3, 1, 0, [23, 23]),
+        ("3x3_64to64_10x10", 64, 64, 1, 3, 1, 0, [10, 10]),
+        // The PP-OCR classifier's heaviest: 5x5 depthwise on planes 2 or 3 rows high.
+        ("depthwise5x5_200_2x96", 200, 200, 200, 5, 1, 2, [2, 96]),
+        ("depthwise5x5_88_3x96", 88, 88, 88, 5, 1, 2, [3, 96]),
     ];
-    for (i, (name, ci, co, group, k, s, p, size)) in shapes.into_iter().enumerate() {
+    for (i, (name, ci, co, group, k, s, p, [h, width])) in shapes.into_iter().enumerate() {
         let seed = 10 * i as u32;
-        let x = tensor(&[1, ci, size, size], seed + 1);
+        let x = tensor(&[1, ci, h, width], seed + 1);
         let w = tensor(&[co, ci / group, k, k], seed + 2);
         let b = tensor(&[co], seed + 3);
         let attrs = [
@@ -116,9 +130,9 @@ fn conv(c: &mut Criterion) {
             int("group", group as i64),
         ];
         let kc = kernel("Conv", &attrs, 3);
-        let out = (size + 2 * p - k) / s + 1;
+        let out = |size: usize| (size + 2 * p - k) / s + 1;
         g.throughput(Throughput::Elements(
-            (2 * co * ci / group * k * k * out * out) as u64,
+            (2 * co * ci / group * k * k * out(h) * out(width)) as u64,
         ));
         g.bench_function(name, |bch| {
             bch.iter(|| kc.run(&[Some(&x), Some(&w), Some(&b)]).unwrap())

@@ -500,6 +500,13 @@ pub(crate) fn conv_nd<T: Scalar>(
             return Ok((y, shape));
         }
     }
+    let mg = m / group;
+    if cg == 1 && k_vol > 1 {
+        // Every output is written (starting from its bias), so stale values are fine.
+        let mut y = crate::buffers::take(n * m * out_vol);
+        depthwise(x, w, bias, &mut y, &g3, m, mg);
+        return Ok((y, shape));
+    }
     let mut y = match bias {
         None => crate::buffers::take_filled(n * m * out_vol, T::zero()),
         Some(_) => crate::buffers::take(n * m * out_vol),
@@ -512,12 +519,7 @@ pub(crate) fn conv_nd<T: Scalar>(
             plane.fill(b[i % m]);
         }
     }
-    let mg = m / group;
     let kdim = cg * k_vol;
-    if cg == 1 && k_vol > 1 {
-        depthwise(x, w, &mut y, &g3, m, mg);
-        return Ok((y, shape));
-    }
     let accumulate = bias.is_some();
     let pointwise =
         k_vol == 1 && g3.stride == [1, 1, 1] && g3.pad == [0, 0, 0] && g3.out == g3.input;
@@ -687,45 +689,87 @@ fn im2col<T: Scalar>(x: &[T], cg: usize, g: &Win3, r0: usize, r1: usize, col: &m
 
 /// Direct conv for one input channel per group: each output plane (image, channel) is
 /// one parallel task that adds every kernel tap's contribution row by row.
-fn depthwise<T: Scalar>(x: &[T], w: &[T], y: &mut [T], g: &Win3, m: usize, mg: usize) {
+fn depthwise<T: Scalar>(
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+    y: &mut [T],
+    g: &Win3,
+    m: usize,
+    mg: usize,
+) {
     let (in_vol, out_vol, k_vol) = (g.in_vol(), g.out_vol(), g.k_vol());
     let c = m / mg;
-    let plane = |buf: &mut Vec<T>, (i, out): (usize, &mut [T])| {
+    let plane = |scratch: &mut DwScratch<T>, (i, out): (usize, &mut [T])| {
         let (b, mo) = (i / m, i % m);
         let xc = &x[(b * c + mo / mg) * in_vol..][..in_vol];
-        dw_plane(xc, &w[mo * k_vol..][..k_vol], out, g, buf);
+        let start = bias.map_or(T::zero(), |b| b[mo]);
+        dw_plane(xc, &w[mo * k_vol..][..k_vol], start, out, g, scratch);
     };
     if y.len() * k_vol < (1 << 18) || !crate::par::enabled() {
-        let mut buf = Vec::new();
+        let mut scratch = DwScratch::default();
         y.chunks_mut(out_vol)
             .enumerate()
-            .for_each(|p| plane(&mut buf, p));
+            .for_each(|p| plane(&mut scratch, p));
     } else {
         y.par_chunks_mut(out_vol)
             .enumerate()
-            .for_each_init(Vec::new, plane);
+            .for_each_init(DwScratch::default, plane);
     }
 }
 
-/// Outputs of one depthwise row accumulated in registers at a time.
-const DW_BLOCK: usize = 32;
+/// Buffers [`dw_plane`] reuses from plane to plane: on the small planes of mobile
+/// nets (two rows of 96), allocating them per plane was a visible part of the conv.
+struct DwScratch<T> {
+    /// The input plane with its zero padding.
+    padded: Vec<T>,
+    /// Each kernel tap's weight and offset from an output's first tap in `padded`.
+    taps: Vec<(T, usize)>,
+    /// The taps of one output row that fall inside the data (3-D kernels only; for
+    /// 2-D ones they are a run of `taps`).
+    row_taps: Vec<(T, usize)>,
+}
 
-/// One depthwise output plane (`out` holds the bias or zeros on entry).
+impl<T> Default for DwScratch<T> {
+    fn default() -> Self {
+        DwScratch {
+            padded: Vec::new(),
+            taps: Vec::new(),
+            row_taps: Vec::new(),
+        }
+    }
+}
+
+/// One depthwise output plane: every output is `start` (the bias, or zero) plus its
+/// taps.
 ///
-/// The input plane is first copied into `buf` with its zero padding, so every tap of
-/// every output reads inside the buffer. Each block of outputs of a row then sums all
-/// taps in registers and is stored once. Taps are added in (depth, row, column) order;
-/// kernel rows in the depth or height padding are skipped, padding columns are added as
-/// `w·0`. The whole function is compiled for AVX2 and FMA when available; there each
-/// tap is one fused multiply-add (half the instructions of a multiply and an add, and
-/// one rounding), elsewhere a multiply and an add.
+/// The input plane is first copied into a buffer with its zero padding, so every tap
+/// of every output reads inside the buffer. Each block of outputs of a row then sums
+/// all taps in registers and is stored once. Taps are added in (depth, row, column)
+/// order; kernel rows in the depth or height padding are skipped, padding columns are
+/// added as `w·0`. The whole function is compiled for AVX2 and FMA when available;
+/// there each tap is one fused multiply-add (half the instructions of a multiply and
+/// an add, and one rounding), elsewhere a multiply and an add.
 #[multiversion::multiversion(targets("x86_64+avx2+fma"))]
-fn dw_plane<T: Scalar>(xc: &[T], wk: &[T], out: &mut [T], g: &Win3, buf: &mut Vec<T>) {
+fn dw_plane<T: Scalar>(
+    xc: &[T],
+    wk: &[T],
+    start: T,
+    out: &mut [T],
+    g: &Win3,
+    scratch: &mut DwScratch<T>,
+) {
+    let DwScratch {
+        padded: buf,
+        taps,
+        row_taps,
+    } = scratch;
     // Padded extent each axis needs: the last output's last tap, plus one.
     let extent = |a: usize| (g.out[a] - 1) * g.stride[a] + (g.kernel[a] - 1) * g.dil[a] + 1;
     let (ed, eh, ew) = (extent(0), extent(1), extent(2));
-    // The buffer is reused plane after plane, so only its padding is zeroed: on small
-    // planes clearing all of it is a visible part of the conv.
+    // The buffer is reused plane after plane. Rows in the depth or height padding are
+    // never read (their kernel rows are skipped below), so they are not written; in
+    // data rows only the padding columns are zeroed.
     buf.resize(ed * eh * ew, T::zero());
     let [id_n, ih_n, iw_n] = g.input;
     let pad = g.pad.map(|p| p as usize);
@@ -736,83 +780,134 @@ fn dw_plane<T: Scalar>(xc: &[T], wk: &[T], out: &mut [T], g: &Win3, buf: &mut Ve
             .checked_sub(pad[0])
             .filter(|&d| d < id_n)
             .zip(h.checked_sub(pad[1]).filter(|&h| h < ih_n));
-        match data_row {
-            Some((d, h)) => {
-                // A stride wider than the data can leave the left padding past `ew`.
-                let left = pad[2].min(ew);
-                dst[..left].fill(T::zero());
-                dst[left..][..cols].copy_from_slice(&xc[(d * ih_n + h) * iw_n..][..cols]);
-                dst[left + cols..].fill(T::zero());
-            }
-            None => dst.fill(T::zero()),
+        if let Some((d, h)) = data_row {
+            // A stride wider than the data can leave the left padding past `ew`.
+            let left = pad[2].min(ew);
+            let (head, rest) = dst.split_at_mut(left);
+            let (body, tail) = rest.split_at_mut(cols);
+            zero_small(head);
+            copy_row(body, &xc[(d * ih_n + h) * iw_n..][..cols]);
+            zero_small(tail);
         }
     }
-    // Each tap's weight and offset from the output's first tap in the buffer.
-    let mut taps = Vec::with_capacity(g.k_vol());
-    for a in 0..g.kernel[0] {
-        for b in 0..g.kernel[1] {
-            for c in 0..g.kernel[2] {
-                let off = ((a * g.dil[0]) * eh + b * g.dil[1]) * ew + c * g.dil[2];
-                taps.push((wk[(a * g.kernel[1] + b) * g.kernel[2] + c], off));
+    if taps.len() != wk.len() {
+        // The offsets are the same for every plane; only the weights change.
+        taps.clear();
+        for a in 0..g.kernel[0] {
+            for b in 0..g.kernel[1] {
+                for c in 0..g.kernel[2] {
+                    let off = ((a * g.dil[0]) * eh + b * g.dil[1]) * ew + c * g.dil[2];
+                    taps.push((T::zero(), off));
+                }
             }
         }
+    }
+    for (tap, &wv) in taps.iter_mut().zip(wk) {
+        tap.0 = wv;
     }
     let [od_n, oh_n, ow_n] = g.out;
     let fma = multiversion::target::target_cfg_f!(target_feature = "fma");
     // Whether padded position `p` on axis `a` is inside the data.
     let inside = |a: usize, p: usize| p >= pad[a] && p - pad[a] < g.input[a];
-    let mut row_taps = Vec::with_capacity(taps.len());
+    let kw = g.kernel[2];
     for od in 0..od_n {
         for oh in 0..oh_n {
             // Kernel rows that fall wholly in the depth or height padding add nothing
             // but w·0, so they are left out (on MobileNet-style nets with 5x5 kernels
             // over planes two or three rows high, most of them).
-            row_taps.clear();
-            for a in 0..g.kernel[0] {
-                for b in 0..g.kernel[1] {
-                    if inside(0, od * g.stride[0] + a * g.dil[0])
-                        && inside(1, oh * g.stride[1] + b * g.dil[1])
-                    {
-                        let k = (a * g.kernel[1] + b) * g.kernel[2];
-                        row_taps.extend_from_slice(&taps[k..][..g.kernel[2]]);
+            let row_inside = |b: usize| inside(1, oh * g.stride[1] + b * g.dil[1]);
+            let these: &[(T, usize)] = if g.kernel[0] == 1 {
+                // Rows inside the data are a run of kernel rows, so their taps are a
+                // run of `taps`.
+                let first = (0..g.kernel[1]).find(|&b| row_inside(b));
+                match (inside(0, od * g.stride[0]), first) {
+                    (true, Some(b0)) => {
+                        let b1 = (b0..g.kernel[1]).find(|&b| !row_inside(b));
+                        &taps[b0 * kw..b1.unwrap_or(g.kernel[1]) * kw]
+                    }
+                    _ => &[],
+                }
+            } else {
+                row_taps.clear();
+                for a in 0..g.kernel[0] {
+                    for b in 0..g.kernel[1] {
+                        if inside(0, od * g.stride[0] + a * g.dil[0]) && row_inside(b) {
+                            let k = (a * g.kernel[1] + b) * kw;
+                            row_taps.extend_from_slice(&taps[k..][..kw]);
+                        }
                     }
                 }
-            }
+                row_taps
+            };
             let orow = &mut out[(od * oh_n + oh) * ow_n..][..ow_n];
             let row = &buf[(od * g.stride[0] * eh + oh * g.stride[1]) * ew..];
             // Literal strides let the common cases compile to plain or paired loads.
             match (g.stride[2], fma) {
-                (1, true) => dw_row::<T, 1, true>(orow, row, &row_taps, 1),
-                (2, true) => dw_row::<T, 2, true>(orow, row, &row_taps, 2),
-                (s, true) => dw_row::<T, 0, true>(orow, row, &row_taps, s),
-                (1, false) => dw_row::<T, 1, false>(orow, row, &row_taps, 1),
-                (2, false) => dw_row::<T, 2, false>(orow, row, &row_taps, 2),
-                (s, false) => dw_row::<T, 0, false>(orow, row, &row_taps, s),
+                (1, true) => dw_row::<T, 1, true>(orow, start, row, these, 1),
+                (2, true) => dw_row::<T, 2, true>(orow, start, row, these, 2),
+                (s, true) => dw_row::<T, 0, true>(orow, start, row, these, s),
+                (1, false) => dw_row::<T, 1, false>(orow, start, row, these, 1),
+                (2, false) => dw_row::<T, 2, false>(orow, start, row, these, 2),
+                (s, false) => dw_row::<T, 0, false>(orow, start, row, these, s),
             }
         }
     }
 }
 
-/// One output row of a depthwise conv: output `j` adds `w · row[off + j·s]` per tap.
-/// `S` is the width stride when known at compile time, 0 when only `s` gives it;
-/// `FMA` makes each tap a fused multiply-add.
-/// Blocks of 32 outputs, then of 8, are summed in registers; the last few one by one.
+/// Zeroes a few padding values in place; `fill` would call `memset`, which costs more
+/// than the stores on two or three values.
+#[inline(always)]
+fn zero_small<T: Scalar>(dst: &mut [T]) {
+    for v in dst {
+        *v = T::zero();
+    }
+}
+
+/// Copies one row of input into the padded buffer in blocks of eight values, inline:
+/// on rows of a hundred values the call into `memcpy` cost as much as the copy.
+#[inline(always)]
+fn copy_row<T: Scalar>(dst: &mut [T], src: &[T]) {
+    let mut d = dst.chunks_exact_mut(8);
+    let mut s = src.chunks_exact(8);
+    for (d, s) in (&mut d).zip(&mut s) {
+        let block: [T; 8] = s.try_into().expect("chunks of 8");
+        d.copy_from_slice(&block);
+    }
+    for (d, &s) in d.into_remainder().iter_mut().zip(s.remainder()) {
+        *d = s;
+    }
+}
+
+/// One output row of a depthwise conv: output `j` is `start` plus `w · row[off + j·s]`
+/// per tap. `S` is the width stride when known at compile time, 0 when only `s` gives
+/// it; `FMA` makes each tap a fused multiply-add.
+///
+/// Outputs are summed in registers, in blocks of 64, 32 and 8, then one by one. A
+/// block needs several independent sums to hide the latency of a multiply-add: eight
+/// registers' worth keep both FMA units busy, four (of a 32-block) only half.
 #[inline(always)]
 fn dw_row<T: Scalar, const S: usize, const FMA: bool>(
     orow: &mut [T],
+    start: T,
     row: &[T],
     taps: &[(T, usize)],
     s: usize,
 ) {
     let s = if S == 0 { s } else { S };
-    let wide = orow.len() / DW_BLOCK * DW_BLOCK;
-    let narrow = orow.len() / 8 * 8;
-    dw_blocks::<T, S, DW_BLOCK, FMA>(&mut orow[..wide], 0, row, taps, s);
-    dw_blocks::<T, S, 8, FMA>(&mut orow[wide..narrow], wide, row, taps, s);
-    for &(wv, off) in taps {
-        for (j, a) in orow[narrow..].iter_mut().enumerate() {
-            *a = tap::<T, FMA>(*a, wv, row[off + (narrow + j) * s]);
+    // Ends of the runs of 64-, 32- and 8-blocks.
+    let n = orow.len();
+    let e64 = n / 64 * 64;
+    let e32 = e64 + (n - e64) / 32 * 32;
+    let e8 = e32 + (n - e32) / 8 * 8;
+    dw_blocks::<T, S, 64, FMA>(&mut orow[..e64], start, 0, row, taps, s);
+    dw_blocks::<T, S, 32, FMA>(&mut orow[e64..e32], start, e64, row, taps, s);
+    dw_blocks::<T, S, 8, FMA>(&mut orow[e32..e8], start, e32, row, taps, s);
+    for (j, o) in orow.iter_mut().enumerate().skip(e8) {
+        let mut a = start;
+        for &(wv, off) in taps {
+            a = tap::<T, FMA>(a, wv, row[off + j * s]);
         }
+        *o = a;
     }
 }
 
@@ -826,6 +921,7 @@ fn tap<T: Scalar, const FMA: bool>(acc: T, w: T, x: T) -> T {
 #[inline(always)]
 fn dw_blocks<T: Scalar, const S: usize, const B: usize, const FMA: bool>(
     outs: &mut [T],
+    start: T,
     first: usize,
     row: &[T],
     taps: &[(T, usize)],
@@ -833,8 +929,7 @@ fn dw_blocks<T: Scalar, const S: usize, const B: usize, const FMA: bool>(
 ) {
     let s = if S == 0 { s } else { S };
     for (bi, block) in outs.chunks_exact_mut(B).enumerate() {
-        let mut acc = [T::zero(); B];
-        acc.copy_from_slice(block);
+        let mut acc = [start; B];
         for &(wv, off) in taps {
             let src = &row[off + (first + bi * B) * s..][..(B - 1) * s + 1];
             for (j, a) in acc.iter_mut().enumerate() {
