@@ -234,3 +234,44 @@ fn a_reader_between_the_chain_nodes_keeps_the_input() {
         assert_eq!(bits(a), bits(b));
     }
 }
+
+/// A chain that consumes its input in place and reads it again at its last step
+/// (hard swish: `p * hardsigmoid(p)`) reads the input as it was, not the block it overwrites;
+/// and a chain in place whose last step does not read the input writes straight into
+/// it. Both on one block and on many.
+#[test]
+fn in_place_chains_read_their_input_before_overwriting_it() {
+    for shape in [[1, C, 4, 4], [1, C, 40, 50]] {
+        let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+        let proto = model(
+            vec![float_value("x", &dims)],
+            vec![
+                // The chain's input is made here (by a node that cannot join it), so
+                // nobody else holds it.
+                node("flip", "Transpose", &["x"], &["p"]),
+                node("sig", "HardSigmoid", &["p"], &["q"]),
+                node("swish", "Mul", &["p", "q"], &["y1"]),
+                node("flip2", "Transpose", &["x"], &["p2"]),
+                node("add", "Add", &["p2", "three"], &["s"]),
+                node("relu", "Relu", &["s"], &["y2"]),
+            ],
+            vec![constant("three", &[], vec![3.0])],
+            ["y1", "y2"].map(named_value).to_vec(),
+        );
+        let model = Model::from_proto(proto, None).unwrap();
+        let x = input(&shape);
+        let s = Session::new(plan_model(&model).unwrap(), 1)
+            .unwrap()
+            .with_profiling();
+        let got = s.run(&[("x", x.clone())], &Config::float()).unwrap();
+        assert_eq!(fused_calls(&s, "sig"), 1, "{shape:?}");
+        assert_eq!(fused_calls(&s, "add"), 1, "{shape:?}");
+        let plain = Session::new(plan_model(&model).unwrap(), 1)
+            .unwrap()
+            .without_fusion();
+        let expected = plain.run(&[("x", x)], &Config::float()).unwrap();
+        for (k, (a, b)) in got.iter().zip(&expected).enumerate() {
+            assert_eq!(bits(a), bits(b), "{shape:?}, output {k}");
+        }
+    }
+}
