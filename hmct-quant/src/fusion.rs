@@ -20,8 +20,8 @@ use hmct_tensor::Tensor;
 use rayon::prelude::*;
 
 use crate::ops::elementwise::step::{
-    self, ArithOp, ElementStep, Operand, act_block, affine_block, arith_block, clip_block,
-    relu_block,
+    self, ArithOp, ElementStep, HardSwish, Operand, act_block, affine_block, arith_block,
+    clip_block, hard_swish_block, relu_block,
 };
 use crate::ops::norm::batch_norm_f32_affine;
 use crate::plan::{NodeOp, Plan, Slot};
@@ -105,6 +105,14 @@ enum Step {
         a: Vec<f32>,
         b: Vec<f32>,
     },
+    /// The Add, Clip, Mul and Div of a hard-swish as one step (see
+    /// [`fuse_hard_swish`]), in place of the Div; the other three become `Nop`.
+    HardSwish {
+        src: usize,
+        h: HardSwish,
+    },
+    /// A step whose work another step does; its register is never read.
+    Nop,
 }
 
 /// A chain of element-wise nodes with one input and one output.
@@ -209,6 +217,8 @@ impl Chain {
             Step::Relu { src } => relu_block(reg(*src), out),
             Step::Act { act, src } => act_block(*act, reg(*src), out),
             Step::Affine { src, a, b } => affine_block(reg(*src), a[channel], b[channel], out),
+            Step::HardSwish { src, h } => hard_swish_block(*h, reg(*src), out),
+            Step::Nop => {}
         }
     }
 
@@ -232,9 +242,10 @@ impl Chain {
                 Step::Clip { src, .. }
                 | Step::Relu { src }
                 | Step::Act { src, .. }
-                | Step::Affine { src, .. },
+                | Step::Affine { src, .. }
+                | Step::HardSwish { src, .. },
             ) => *src == 0,
-            None => false,
+            Some(Step::Nop) | None => false,
         }
     }
 }
@@ -366,6 +377,102 @@ fn compile(
     })
 }
 
+/// Registers a step reads.
+fn reads(step: &Step) -> Vec<usize> {
+    let reg = |a: &Arg| match a {
+        Arg::Reg(r) => Some(*r),
+        Arg::Const(_) => None,
+    };
+    match step {
+        Step::Arith { a, b, .. } => [reg(a), reg(b)].into_iter().flatten().collect(),
+        Step::Clip { src, .. }
+        | Step::Relu { src }
+        | Step::Act { src, .. }
+        | Step::Affine { src, .. }
+        | Step::HardSwish { src, .. } => vec![*src],
+        Step::Nop => Vec::new(),
+    }
+}
+
+/// Turns each run of steps `Add(x, c)`, `Clip(·, lo, hi)`, `Mul(x, ·)`, `Div(·, d)`
+/// (operands of Add and Mul in either order, scalar constants, intermediate values
+/// read by the next of the four only) into one hard-swish step. The classifier's
+/// chains are mostly this; one loop instead of four keeps the values in registers.
+fn fuse_hard_swish(steps: &mut [Step], consts: &[Constant]) {
+    let scalar = |a: &Arg| match a {
+        Arg::Const(c) if !consts[*c].per_channel() => Some(consts[*c].values[0]),
+        _ => None,
+    };
+    // Step k writes register k + 1; how many steps read each register.
+    let mut readers = vec![0usize; steps.len() + 1];
+    for s in steps.iter() {
+        for r in reads(s) {
+            readers[r] += 1;
+        }
+    }
+    for k in 0..steps.len().saturating_sub(3) {
+        // Registers of the Add's, the Clip's and the Mul's outputs.
+        let (add, clip, mul) = (k + 1, k + 2, k + 3);
+        if readers[add] != 1 || readers[clip] != 1 || readers[mul] != 1 {
+            continue;
+        }
+        let (x, add_value, x_first_in_add) = match &steps[k] {
+            Step::Arith {
+                op: ArithOp::Add,
+                a: Arg::Reg(x),
+                b,
+            } if scalar(b).is_some() => (*x, scalar(b), true),
+            Step::Arith {
+                op: ArithOp::Add,
+                a,
+                b: Arg::Reg(x),
+            } if scalar(a).is_some() => (*x, scalar(a), false),
+            _ => continue,
+        };
+        let Some(add_value) = add_value else { continue };
+        let (lo, hi) = match &steps[k + 1] {
+            Step::Clip { src, lo, hi } if *src == add => (*lo, *hi),
+            _ => continue,
+        };
+        let x_first_in_mul = match &steps[k + 2] {
+            Step::Arith {
+                op: ArithOp::Mul,
+                a: Arg::Reg(a),
+                b: Arg::Reg(b),
+            } if (*a, *b) == (x, clip) => true,
+            Step::Arith {
+                op: ArithOp::Mul,
+                a: Arg::Reg(a),
+                b: Arg::Reg(b),
+            } if (*a, *b) == (clip, x) => false,
+            _ => continue,
+        };
+        let div_value = match &steps[k + 3] {
+            Step::Arith {
+                op: ArithOp::Div,
+                a: Arg::Reg(a),
+                b,
+            } if *a == mul => scalar(b),
+            _ => None,
+        };
+        let Some(div_value) = div_value else { continue };
+        steps[k + 3] = Step::HardSwish {
+            src: x,
+            h: HardSwish {
+                add: add_value,
+                x_first_in_add,
+                lo,
+                hi,
+                x_first_in_mul,
+                div: div_value,
+            },
+        };
+        for s in &mut steps[k..k + 3] {
+            *s = Step::Nop;
+        }
+    }
+}
+
 /// Finds the chains of `plan`: each starts at an element-wise node reading one
 /// non-constant value, and grows along element-wise nodes that read only values of
 /// the chain and constants, as long as it keeps a single output.
@@ -455,6 +562,7 @@ pub(crate) fn find_chains(plan: &Plan) -> Vec<Chain> {
         members.truncate(len);
         steps.truncate(len);
         consts.truncate(n_consts);
+        fuse_hard_swish(&mut steps, &consts);
         let last = members[len - 1];
         let input_readers_within = readers[input]
             .iter()

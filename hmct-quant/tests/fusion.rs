@@ -19,7 +19,8 @@ fn constant(name: &str, shape: &[usize], values: Vec<f32>) -> hmct_proto::onnx::
 /// - `yb`: per-channel Mul/Add, constants on the left of Sub/Div, Relu, LeakyRelu,
 ///   HardSigmoid, and a Mul of a value by itself;
 /// - `yc`: a Mul by a constant along the last axis, which the chain cannot take;
-/// - `yd`: Add, a Clip without bounds, Mul; the Clip's output `d2` is a graph output.
+/// - `yd`: Add, a Clip without bounds, Mul; the Clip's output `d2` is a graph output;
+/// - `ye`: a hard-swish with the operands of its Add and Mul the other way round.
 fn session(shape: &[usize], threads: usize) -> Session {
     let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
     let w = *shape.last().unwrap();
@@ -64,8 +65,14 @@ fn session(shape: &[usize], threads: usize) -> Session {
         node("d_add", "Add", &["x", "one"], &["d1"]),
         node("d_clip", "Clip", &["d1"], &["d2"]),
         node("d_mul", "Mul", &["d2", "s"], &["yd"]),
+        node("e_add", "Add", &["three", "x"], &["e1"]),
+        node("e_clip", "Clip", &["e1", "zero", "six"], &["e2"]),
+        node("e_mul", "Mul", &["e2", "x"], &["e3"]),
+        node("e_div", "Div", &["e3", "six"], &["ye"]),
     ];
-    let outputs = ["ya", "yb", "yc", "yd", "d2"].map(named_value).to_vec();
+    let outputs = ["ya", "yb", "yc", "yd", "d2", "ye"]
+        .map(named_value)
+        .to_vec();
     let proto = model(vec![float_value("x", &dims)], nodes, inits, outputs);
     let model = Model::from_proto(proto, None).unwrap();
     Session::new(plan_model(&model).unwrap(), threads).unwrap()
@@ -139,6 +146,8 @@ fn fused_chains_match_node_by_node_bit_for_bit() {
             assert_eq!(chain_len("mul_w"), Some(2));
             // d2 is a graph output, so the chain ends with the node writing it.
             assert_eq!(chain_len("d_add"), Some(2));
+            assert_eq!(chain_len("e_add"), Some(4));
+            assert_eq!(fused_calls(&s, "e_add"), 1);
             assert_eq!(fused_calls(&s, "d_add"), 1);
             assert_eq!(fused_calls(&s, "bn"), 1);
             assert_eq!(fused_calls(&s, "scale_mul"), 1);

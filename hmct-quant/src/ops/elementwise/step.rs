@@ -97,6 +97,42 @@ pub(crate) fn act_block(act: Act, src: &[f32], out: &mut [f32]) {
     map_in_place(act, out);
 }
 
+/// How the four nodes of an exported hard-swish, `Div(Mul(x, Clip(Add(x, add), lo,
+/// hi)), div)`, take their operands: [`hard_swish_block`] does each node's operation
+/// with the operands in the node's order.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct HardSwish {
+    pub add: f32,
+    /// The Add reads `x` first (else the constant first).
+    pub x_first_in_add: bool,
+    pub lo: f32,
+    pub hi: f32,
+    /// The Mul reads `x` first (else the Clip's output first).
+    pub x_first_in_mul: bool,
+    pub div: f32,
+}
+
+/// The four nodes of a hard-swish in one loop: per element the same Add, Clip, Mul and
+/// Div, on the same operands in the same order, as the four steps they replace (so
+/// the same bits), without storing and reloading three blocks in between.
+#[inline(always)]
+pub(crate) fn hard_swish_block(h: HardSwish, src: &[f32], out: &mut [f32]) {
+    for (o, &x) in out.iter_mut().zip(src) {
+        let t = if h.x_first_in_add {
+            Num::add(x, h.add)
+        } else {
+            Num::add(h.add, x)
+        };
+        let u = clip_one(t, h.lo, h.hi);
+        let v = if h.x_first_in_mul {
+            Num::mul(x, u)
+        } else {
+            Num::mul(u, x)
+        };
+        *o = Num::div(v, h.div);
+    }
+}
+
 /// `x * a + b`, as BatchNormalization computes it with its f32 coefficients.
 #[inline(always)]
 pub(crate) fn affine_block(src: &[f32], a: f32, b: f32, out: &mut [f32]) {
