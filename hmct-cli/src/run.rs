@@ -42,16 +42,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if args.profile {
         session = session.with_profiling();
     }
-    let specs: Vec<InputSpec> = session
-        .plan()
-        .inputs()
-        .iter()
-        .map(|i| InputSpec {
-            name: i.name.clone(),
-            dtype: i.dtype,
-            dims: i.dims.clone(),
-        })
-        .collect();
+    let specs = session.plan().input_specs();
     let data = Dataset::open(&args.data, &specs)?;
     let config = if args.float {
         Config::float()

@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 
 use hmct_metrics::{Metric, PairStats};
 use hmct_quant::{Capture, Config, Session, plan_model};
-use hmct_tensor::{Dataset, InputSpec};
+use hmct_tensor::Dataset;
 
 fn example() -> (PathBuf, PathBuf) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/tiny_cnn");
@@ -40,15 +40,7 @@ fn full_run_value(model: &Path, metric: Metric) -> f64 {
     let model = hmct_ir::load_model(model).unwrap();
     let session = Session::new(plan_model(&model).unwrap(), 1).unwrap();
     let plan = session.plan();
-    let specs: Vec<InputSpec> = plan
-        .inputs()
-        .iter()
-        .map(|i| InputSpec {
-            name: i.name.clone(),
-            dtype: i.dtype,
-            dims: i.dims.clone(),
-        })
-        .collect();
+    let specs = plan.input_specs();
     let ds = Dataset::open(&example().1, &specs).unwrap();
     let outs = plan.outputs().to_vec();
     let mut per_output = vec![Vec::new(); outs.len()];

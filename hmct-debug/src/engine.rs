@@ -40,7 +40,7 @@ use hmct_metrics::{Metric, PairStats};
 use hmct_quant::{
     Base, Capture, Config, Override, Plan, PlanError, RunError, Session, Slot, Values,
 };
-use hmct_tensor::{Dataset, InputSpec, Tensor, TensorError};
+use hmct_tensor::{Dataset, Tensor, TensorError};
 use rayon::prelude::*;
 
 /// Errors of the engine and of the analyses' name and argument checks.
@@ -311,15 +311,7 @@ impl Engine {
         options: &EngineOptions,
     ) -> Result<Engine, EngineError> {
         let plan = hmct_quant::plan_model(&model)?;
-        let specs: Vec<InputSpec> = plan
-            .inputs()
-            .iter()
-            .map(|i| InputSpec {
-                name: i.name.clone(),
-                dtype: i.dtype,
-                dims: i.dims.clone(),
-            })
-            .collect();
+        let specs = plan.input_specs();
         let data = Dataset::open(data_dir, &specs)?;
         Self::with_dataset(model, plan, data, options)
     }

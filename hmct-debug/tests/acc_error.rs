@@ -14,7 +14,7 @@ use hmct_ir::{Model, TensorType};
 use hmct_metrics::Metric;
 use hmct_plot::Format;
 use hmct_quant::{Capture, Config, Override, Session, Slot, plan_model};
-use hmct_tensor::{Dataset, InputSpec, Tensor};
+use hmct_tensor::{Dataset, Tensor};
 
 fn pnet() -> Option<(Model, PathBuf)> {
     let model = hmct_ir::testing::calibrated_pnet().unwrap()?;
@@ -51,16 +51,7 @@ struct Reference {
 impl Reference {
     fn new(model: &Model, data: &Path) -> Reference {
         let session = Session::new(plan_model(model).unwrap(), 1).unwrap();
-        let specs: Vec<InputSpec> = session
-            .plan()
-            .inputs()
-            .iter()
-            .map(|i| InputSpec {
-                name: i.name.clone(),
-                dtype: i.dtype,
-                dims: i.dims.clone(),
-            })
-            .collect();
+        let specs = session.plan().input_specs();
         let ds = Dataset::open(data, &specs).unwrap();
         let samples = (0..ds.len()).map(|i| ds.sample(i).unwrap()).collect();
         Reference {

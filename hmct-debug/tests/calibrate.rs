@@ -51,16 +51,7 @@ fn shared_models() -> Vec<(String, PathBuf, PathBuf)> {
 fn no_progress(_: usize, _: usize) {}
 
 fn specs(session: &Session) -> Vec<InputSpec> {
-    session
-        .plan()
-        .inputs()
-        .iter()
-        .map(|i| InputSpec {
-            name: i.name.clone(),
-            dtype: i.dtype,
-            dims: i.dims.clone(),
-        })
-        .collect()
+    session.plan().input_specs()
 }
 
 fn bits(t: &Tensor) -> Vec<u32> {

@@ -17,7 +17,7 @@ use hmct_ir::Model;
 use hmct_metrics::Metric;
 use hmct_plot::Format;
 use hmct_quant::{Capture, Config, Session, plan_model};
-use hmct_tensor::{Dataset, InputSpec, Tensor};
+use hmct_tensor::{Dataset, Tensor};
 
 fn pnet() -> Option<(Model, PathBuf)> {
     let model = hmct_ir::testing::calibrated_pnet().unwrap()?;
@@ -32,16 +32,7 @@ fn engine(model: &Model, data: &Path) -> Engine {
 /// A value of the first sample by a full run of `config`.
 fn full_run_value(model: &Model, data: &Path, config: &Config, value: &str) -> Tensor {
     let session = Session::new(plan_model(model).unwrap(), 1).unwrap();
-    let specs: Vec<InputSpec> = session
-        .plan()
-        .inputs()
-        .iter()
-        .map(|i| InputSpec {
-            name: i.name.clone(),
-            dtype: i.dtype,
-            dims: i.dims.clone(),
-        })
-        .collect();
+    let specs = session.plan().input_specs();
     let ds = Dataset::open(data, &specs).unwrap();
     let sample = ds.sample(0).unwrap();
     let refs: Vec<(&str, Tensor)> = sample

@@ -15,7 +15,7 @@ use hmct_debug::mixed_precision::{
 use hmct_ir::{Edit, Model, QType};
 use hmct_metrics::{Metric, PairStats};
 use hmct_quant::{Capture, Config, Session, plan_model};
-use hmct_tensor::{Dataset, InputSpec};
+use hmct_tensor::Dataset;
 
 fn tiny_cnn() -> (Model, PathBuf) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/tiny_cnn");
@@ -54,15 +54,7 @@ fn full_run_value(
 ) -> f64 {
     let session = Session::new(plan_model(model).unwrap(), 1).unwrap();
     let plan = session.plan();
-    let specs: Vec<InputSpec> = plan
-        .inputs()
-        .iter()
-        .map(|i| InputSpec {
-            name: i.name.clone(),
-            dtype: i.dtype,
-            dims: i.dims.clone(),
-        })
-        .collect();
+    let specs = plan.input_specs();
     let ds = Dataset::open(data, &specs).unwrap();
     let slots: Vec<usize> = if output_nodes.is_empty() {
         plan.outputs().to_vec()

@@ -6,8 +6,8 @@ use hmct_debug::engine::{Engine, EngineOptions};
 use hmct_debug::outliers::{LEVELS, OutliersOptions, outliers};
 use hmct_ir::TensorType;
 use hmct_quant::{Capture, Config, Session, plan_model};
+use hmct_tensor::Dataset;
 use hmct_tensor::ndarray::Axis;
-use hmct_tensor::{Dataset, InputSpec};
 
 #[test]
 fn ratios_match_a_direct_computation() {
@@ -47,15 +47,7 @@ fn ratios_match_a_direct_computation() {
 
         let session = Session::new(plan_model(&model).unwrap(), 1).unwrap();
         let plan = session.plan();
-        let specs: Vec<InputSpec> = plan
-            .inputs()
-            .iter()
-            .map(|i| InputSpec {
-                name: i.name.clone(),
-                dtype: i.dtype,
-                dims: i.dims.clone(),
-            })
-            .collect();
+        let specs = plan.input_specs();
         let ds = Dataset::open(&data, &specs).unwrap();
         for row in &result.rows {
             let slot = plan.value(&row.tensor).unwrap();

@@ -8,7 +8,7 @@ use hmct_debug::engine::{Engine, EngineError, EngineOptions};
 use hmct_debug::precision_table::{PrecisionTableOptions, amplification, precision_table};
 use hmct_metrics::{Metric, PairStats};
 use hmct_quant::{Capture, Config, Override, Session, plan_model};
-use hmct_tensor::{Dataset, InputSpec};
+use hmct_tensor::Dataset;
 
 #[test]
 fn rows_match_full_runs() {
@@ -41,15 +41,7 @@ fn rows_match_full_runs() {
 
     let session = Session::new(plan_model(&model).unwrap(), 1).unwrap();
     let plan = session.plan();
-    let specs: Vec<InputSpec> = plan
-        .inputs()
-        .iter()
-        .map(|i| InputSpec {
-            name: i.name.clone(),
-            dtype: i.dtype,
-            dims: i.dims.clone(),
-        })
-        .collect();
+    let specs = plan.input_specs();
     let ds = Dataset::open(&data, &specs).unwrap();
     // metric of `config` vs float at `outputs`: mean over samples, then outputs.
     let figure = |config: &Config, outputs: &[String], metric: Metric| {

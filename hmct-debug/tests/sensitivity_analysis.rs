@@ -16,7 +16,7 @@ use hmct_debug::sensitivity_analysis::{
 use hmct_ir::{Model, QType};
 use hmct_metrics::{Metric, PairStats};
 use hmct_quant::{Capture, Config, Override, Session, plan_model};
-use hmct_tensor::{Dataset, InputSpec, Tensor};
+use hmct_tensor::{Dataset, Tensor};
 
 fn pnet() -> Option<(Model, PathBuf)> {
     let Some(model) = hmct_ir::testing::calibrated_pnet().unwrap() else {
@@ -45,16 +45,7 @@ struct Reference<'m> {
 impl<'m> Reference<'m> {
     fn new(model: &'m Model, data: &Path) -> Self {
         let session = Session::new(plan_model(model).unwrap(), 1).unwrap();
-        let specs: Vec<InputSpec> = session
-            .plan()
-            .inputs()
-            .iter()
-            .map(|i| InputSpec {
-                name: i.name.clone(),
-                dtype: i.dtype,
-                dims: i.dims.clone(),
-            })
-            .collect();
+        let specs = session.plan().input_specs();
         let ds = Dataset::open(data, &specs).unwrap();
         let samples = (0..ds.len()).map(|i| ds.sample(i).unwrap()).collect();
         Reference {

@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use hmct_quant::{Config, Session, plan_model};
-use hmct_tensor::{Dataset, InputSpec, Tensor};
+use hmct_tensor::{Dataset, Tensor};
 
 // onnx is for tools/ort_sensitivity.py (sensitivity-bench), which builds model variants.
 const PINNED: &[&str] = &["onnxruntime==1.32.0", "numpy==2.4.6", "onnx==1.23.2"];
@@ -114,16 +114,7 @@ pub fn run(root: &Path, opts: &Options) -> Result<()> {
         let model = hmct_ir::load_model(model_path)?;
         for &threads in &opts.threads {
             let session = Session::new(plan_model(&model)?, threads)?;
-            let specs: Vec<InputSpec> = session
-                .plan()
-                .inputs()
-                .iter()
-                .map(|i| InputSpec {
-                    name: i.name.clone(),
-                    dtype: i.dtype,
-                    dims: i.dims.clone(),
-                })
-                .collect();
+            let specs = session.plan().input_specs();
             let sample = Dataset::open(&data_dir, &specs)?.sample(0)?;
             let inputs: Vec<(&str, Tensor)> = sample
                 .iter()

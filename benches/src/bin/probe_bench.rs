@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use hmct_quant::{Capture, Config, Override, Session, plan_model};
-use hmct_tensor::{Dataset, InputSpec, Tensor};
+use hmct_tensor::{Dataset, Tensor};
 use rayon::prelude::*;
 
 fn cosine(x: &Tensor, y: &Tensor) -> f64 {
@@ -47,15 +47,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let model = hmct_ir::load_model(PathBuf::from(model_path))?;
     let plan = plan_model(&model)?;
-    let specs: Vec<InputSpec> = plan
-        .inputs()
-        .iter()
-        .map(|i| InputSpec {
-            name: i.name.clone(),
-            dtype: i.dtype,
-            dims: i.dims.clone(),
-        })
-        .collect();
+    let specs = plan.input_specs();
     let data = Dataset::open(&PathBuf::from(data_dir), &specs)?;
     let session = Session::new(plan, threads)?;
     let plan = session.plan();
