@@ -175,26 +175,21 @@ impl Chain {
         // Registers 1.. (all but the last step's, which writes `dst`), and one more
         // for a copy of the input when the chain runs in place.
         let regs = self.steps.len() * REG;
-        let piece_job = |buf: &mut Vec<f32>, (p, out): (usize, &mut [f32])| {
+        // Whole pieces per call of `run_pieces`: a call per piece cost as much as the
+        // arithmetic on the classifier's planes of 192 values.
+        let per_task = TASK.div_ceil(walk.piece);
+        let task_len = walk.piece * per_task;
+        let task = |buf: &mut Vec<f32>, (t, out): (usize, &mut [f32])| {
             buf.resize(regs, 0.0);
-            let channel = if walk.channels > 0 {
-                p % walk.channels
-            } else {
-                0
-            };
-            let from = src.map(|s| &s[p * walk.piece..][..out.len()]);
-            run_piece(self, channel, from, out, buf);
+            let from = src.map(|s| &s[t * task_len..][..out.len()]);
+            run_pieces(self, walk, t * per_task, from, out, buf);
         };
         if dst.len() < PAR_MIN || !crate::par::enabled() {
-            let mut buf = Vec::new();
-            dst.chunks_mut(walk.piece)
-                .enumerate()
-                .for_each(|job| piece_job(&mut buf, job));
+            task(&mut Vec::new(), (0, dst));
         } else {
-            dst.par_chunks_mut(walk.piece)
-                .with_min_len(TASK.div_ceil(walk.piece))
+            dst.par_chunks_mut(task_len)
                 .enumerate()
-                .for_each_init(Vec::new, piece_job);
+                .for_each_init(Vec::new, task);
         }
     }
 
@@ -250,14 +245,16 @@ impl Chain {
     }
 }
 
-/// One piece of a chain's values, block by block; AVX2 doubles the width of every
-/// step's loop where the CPU has it (IEEE operations, so the same results). The first
-/// steps read the input where it lies and the last step writes the output where it
-/// goes: copying blocks in and out cost a fifth of a five-node chain.
+/// Pieces `first..` of a chain's values (`out`, and `src` when given, hold whole
+/// pieces), each block by block; AVX2 doubles the width of every step's loop where
+/// the CPU has it (IEEE operations, so the same results). The first steps read the
+/// input where it lies and the last step writes the output where it goes: copying
+/// blocks in and out cost a fifth of a five-node chain.
 #[multiversion::multiversion(targets("x86_64+avx2"))]
-fn run_piece(
+fn run_pieces(
     chain: &Chain,
-    channel: usize,
+    walk: Walk,
+    first: usize,
     src: Option<&[f32]>,
     out: &mut [f32],
     regs: &mut [f32],
@@ -265,23 +262,31 @@ fn run_piece(
     let last = chain.steps.len() - 1;
     let in_place_copy = src.is_none() && chain.last_reads_input();
     let (work, saved) = regs.split_at_mut(last * REG);
-    for (b, block) in out.chunks_mut(BLOCK).enumerate() {
-        let n = block.len();
-        match src {
-            Some(s) => {
-                let input = &s[b * BLOCK..][..n];
-                chain.eval_inner(channel, input, work);
-                chain.eval_step(last, channel, input, work, block);
-            }
-            None if in_place_copy => {
-                let input = &mut saved[..n];
-                input.copy_from_slice(block);
-                chain.eval_inner(channel, input, work);
-                chain.eval_step(last, channel, input, work, block);
-            }
-            None => {
-                chain.eval_inner(channel, block, work);
-                chain.eval_step(last, channel, &[], work, block);
+    for (i, piece) in out.chunks_mut(walk.piece).enumerate() {
+        let channel = if walk.channels > 0 {
+            (first + i) % walk.channels
+        } else {
+            0
+        };
+        let piece_src = src.map(|s| &s[i * walk.piece..][..piece.len()]);
+        for (b, block) in piece.chunks_mut(BLOCK).enumerate() {
+            let n = block.len();
+            match piece_src {
+                Some(s) => {
+                    let input = &s[b * BLOCK..][..n];
+                    chain.eval_inner(channel, input, work);
+                    chain.eval_step(last, channel, input, work, block);
+                }
+                None if in_place_copy => {
+                    let input = &mut saved[..n];
+                    input.copy_from_slice(block);
+                    chain.eval_inner(channel, input, work);
+                    chain.eval_step(last, channel, input, work, block);
+                }
+                None => {
+                    chain.eval_inner(channel, block, work);
+                    chain.eval_step(last, channel, &[], work, block);
+                }
             }
         }
     }
