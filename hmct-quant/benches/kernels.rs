@@ -143,17 +143,22 @@ fn conv(c: &mut Criterion) {
 
 fn max_pool(c: &mut Criterion) {
     let mut g = c.benchmark_group("max_pool");
-    // (name, channels, input size, kernel, stride); throughput in input elements.
-    let shapes: [(&str, usize, usize, usize, usize); 3] = [
-        ("3x3s2_32_46x46", 32, 46, 3, 2),
-        ("3x3s2_64_21x21", 64, 21, 3, 2),
-        ("2x2s2_10_158x158", 10, 158, 2, 2),
+    // (name, channels, input size, kernel, stride, ceil mode); throughput in input
+    // elements. O-Net's and R-Net's pools round up (ceil mode); R-Net's second one has
+    // 4x4 outputs per plane.
+    let shapes: [(&str, usize, usize, usize, usize, bool); 5] = [
+        ("3x3s2_32_46x46", 32, 46, 3, 2, false),
+        ("3x3s2_ceil_32_46x46", 32, 46, 3, 2, true),
+        ("3x3s2_64_21x21", 64, 21, 3, 2, false),
+        ("3x3s2_ceil_48_9x9", 48, 9, 3, 2, true),
+        ("2x2s2_10_158x158", 10, 158, 2, 2, false),
     ];
-    for (i, (name, ch, size, k, s)) in shapes.into_iter().enumerate() {
+    for (i, (name, ch, size, k, s, ceil)) in shapes.into_iter().enumerate() {
         let x = tensor(&[1, ch, size, size], 100 + i as u32);
         let attrs = [
             ints("kernel_shape", &[k as i64; 2]),
             ints("strides", &[s as i64; 2]),
+            int("ceil_mode", ceil as i64),
         ];
         let kp = kernel("MaxPool", &attrs, 1);
         g.throughput(Throughput::Elements((ch * size * size) as u64));
