@@ -230,18 +230,7 @@ impl Chain {
     /// Whether the last step reads the chain's input (then a chain running in place
     /// keeps a copy of each input block, since the last step overwrites it).
     fn last_reads_input(&self) -> bool {
-        let reads = |a: &Arg| matches!(a, Arg::Reg(0));
-        match self.steps.last() {
-            Some(Step::Arith { a, b, .. }) => reads(a) || reads(b),
-            Some(
-                Step::Clip { src, .. }
-                | Step::Relu { src }
-                | Step::Act { src, .. }
-                | Step::Affine { src, .. }
-                | Step::HardSwish { src, .. },
-            ) => *src == 0,
-            Some(Step::Nop) | None => false,
-        }
+        self.steps.last().is_some_and(|s| reads(s).contains(&0))
     }
 }
 
@@ -421,20 +410,22 @@ fn fuse_hard_swish(steps: &mut [Step], consts: &[Constant]) {
         if readers[add] != 1 || readers[clip] != 1 || readers[mul] != 1 {
             continue;
         }
-        let (x, add_value, x_first_in_add) = match &steps[k] {
+        let (x, add_arg, x_first_in_add) = match &steps[k] {
             Step::Arith {
                 op: ArithOp::Add,
                 a: Arg::Reg(x),
                 b,
-            } if scalar(b).is_some() => (*x, scalar(b), true),
+            } => (*x, b, true),
             Step::Arith {
                 op: ArithOp::Add,
                 a,
                 b: Arg::Reg(x),
-            } if scalar(a).is_some() => (*x, scalar(a), false),
+            } => (*x, a, false),
             _ => continue,
         };
-        let Some(add_value) = add_value else { continue };
+        let Some(add_value) = scalar(add_arg) else {
+            continue;
+        };
         let (lo, hi) = match &steps[k + 1] {
             Step::Clip { src, lo, hi } if *src == add => (*lo, *hi),
             _ => continue,
@@ -444,12 +435,7 @@ fn fuse_hard_swish(steps: &mut [Step], consts: &[Constant]) {
                 op: ArithOp::Mul,
                 a: Arg::Reg(a),
                 b: Arg::Reg(b),
-            } if (*a, *b) == (x, clip) => true,
-            Step::Arith {
-                op: ArithOp::Mul,
-                a: Arg::Reg(a),
-                b: Arg::Reg(b),
-            } if (*a, *b) == (clip, x) => false,
+            } if (*a, *b) == (x, clip) || (*a, *b) == (clip, x) => *a == x,
             _ => continue,
         };
         let div_value = match &steps[k + 3] {

@@ -3,9 +3,12 @@
 //! serial and parallel; and a chain whose operands do not fit, or whose intermediate
 //! value is wanted, runs node by node.
 
+use std::sync::Arc;
+
 use hmct_ir::Model;
 use hmct_ir::testing::build::{float_value, model, named_value, node};
 use hmct_quant::{Capture, Config, Session, plan_model};
+
 use hmct_tensor::{Tensor, tensor_to_proto};
 
 const C: usize = 3;
@@ -121,6 +124,25 @@ fn fused_calls(s: &Session, node: &str) -> u32 {
     s.node_times().unwrap().fused_calls[i]
 }
 
+/// Runs `proto` on input `x` once fused (a one-thread session with profiling, so
+/// that `fused_calls` can be asked) and once node by node; returns the fused session
+/// and both sets of outputs.
+fn fused_and_plain(
+    proto: hmct_proto::onnx::ModelProto,
+    x: Tensor,
+) -> (Session, Vec<Arc<Tensor>>, Vec<Arc<Tensor>>) {
+    let model = Model::from_proto(proto, None).unwrap();
+    let fused = Session::new(plan_model(&model).unwrap(), 1)
+        .unwrap()
+        .with_profiling();
+    let got = fused.run(&[("x", x.clone())], &Config::float()).unwrap();
+    let plain = Session::new(plan_model(&model).unwrap(), 1)
+        .unwrap()
+        .without_fusion();
+    let expected = plain.run(&[("x", x)], &Config::float()).unwrap();
+    (fused, got, expected)
+}
+
 #[test]
 fn fused_chains_match_node_by_node_bit_for_bit() {
     // Small (serial) and large enough to be split into parallel tasks.
@@ -228,17 +250,8 @@ fn a_reader_between_the_chain_nodes_keeps_the_input() {
         vec![constant("three", &[], vec![3.0])],
         ["e2", "k"].map(named_value).to_vec(),
     );
-    let model = Model::from_proto(proto, None).unwrap();
-    let x = input(&shape);
-    let s = Session::new(plan_model(&model).unwrap(), 1)
-        .unwrap()
-        .with_profiling();
-    let got = s.run(&[("x", x.clone())], &Config::float()).unwrap();
+    let (s, got, expected) = fused_and_plain(proto, input(&shape));
     assert_eq!(fused_calls(&s, "add"), 1);
-    let plain = Session::new(plan_model(&model).unwrap(), 1)
-        .unwrap()
-        .without_fusion();
-    let expected = plain.run(&[("x", x)], &Config::float()).unwrap();
     for (a, b) in got.iter().zip(&expected) {
         assert_eq!(bits(a), bits(b));
     }
@@ -267,18 +280,9 @@ fn in_place_chains_read_their_input_before_overwriting_it() {
             vec![constant("three", &[], vec![3.0])],
             ["y1", "y2"].map(named_value).to_vec(),
         );
-        let model = Model::from_proto(proto, None).unwrap();
-        let x = input(&shape);
-        let s = Session::new(plan_model(&model).unwrap(), 1)
-            .unwrap()
-            .with_profiling();
-        let got = s.run(&[("x", x.clone())], &Config::float()).unwrap();
+        let (s, got, expected) = fused_and_plain(proto, input(&shape));
         assert_eq!(fused_calls(&s, "sig"), 1, "{shape:?}");
         assert_eq!(fused_calls(&s, "add"), 1, "{shape:?}");
-        let plain = Session::new(plan_model(&model).unwrap(), 1)
-            .unwrap()
-            .without_fusion();
-        let expected = plain.run(&[("x", x)], &Config::float()).unwrap();
         for (k, (a, b)) in got.iter().zip(&expected).enumerate() {
             assert_eq!(bits(a), bits(b), "{shape:?}, output {k}");
         }
