@@ -783,11 +783,9 @@ fn dw_plane<T: Scalar>(
         if let Some((d, h)) = data_row {
             // A stride wider than the data can leave the left padding past `ew`.
             let left = pad[2].min(ew);
-            let (head, rest) = dst.split_at_mut(left);
-            let (body, tail) = rest.split_at_mut(cols);
-            zero_small(head);
-            copy_row(body, &xc[(d * ih_n + h) * iw_n..][..cols]);
-            zero_small(tail);
+            dst[..left].fill(T::zero());
+            dst[left..][..cols].copy_from_slice(&xc[(d * ih_n + h) * iw_n..][..cols]);
+            dst[left + cols..].fill(T::zero());
         }
     }
     if taps.len() != wk.len() {
@@ -851,30 +849,6 @@ fn dw_plane<T: Scalar>(
                 (s, false) => dw_row::<T, 0, false>(orow, start, row, these, s),
             }
         }
-    }
-}
-
-/// Zeroes a few padding values in place; `fill` would call `memset`, which costs more
-/// than the stores on two or three values.
-#[inline(always)]
-fn zero_small<T: Scalar>(dst: &mut [T]) {
-    for v in dst {
-        *v = T::zero();
-    }
-}
-
-/// Copies one row of input into the padded buffer in blocks of eight values, inline:
-/// on rows of a hundred values the call into `memcpy` cost as much as the copy.
-#[inline(always)]
-fn copy_row<T: Scalar>(dst: &mut [T], src: &[T]) {
-    let mut d = dst.chunks_exact_mut(8);
-    let mut s = src.chunks_exact(8);
-    for (d, s) in (&mut d).zip(&mut s) {
-        let block: [T; 8] = s.try_into().expect("chunks of 8");
-        d.copy_from_slice(&block);
-    }
-    for (d, &s) in d.into_remainder().iter_mut().zip(s.remainder()) {
-        *d = s;
     }
 }
 
