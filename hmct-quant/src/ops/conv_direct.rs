@@ -550,18 +550,24 @@ mod avx2 {
         // SAFETY: every tile lies inside the segment the caller vouched for.
         unsafe {
             for j in (0..full).step_by(nr) {
-                tile::<R, false>(x.add(j), terms, init, out.add(j), ldo, nr);
+                tile::<R, 2, false>(x.add(j), terms, init, out.add(j), ldo, nr);
             }
-            if full < len {
-                tile::<R, true>(x.add(full), terms, init, out.add(full), ldo, len - full);
+            // A tail of at most one vector's positions is summed in one vector.
+            match len - full {
+                0 => {}
+                rest if rest <= nr / 2 => {
+                    tile::<R, 1, true>(x.add(full), terms, init, out.add(full), ldo, rest)
+                }
+                rest => tile::<R, 2, true>(x.add(full), terms, init, out.add(full), ldo, rest),
             }
         }
     }
 
-    /// One tile of `R` rows × `cols` (≤ 16) positions; `MASKED` when fewer than 16.
+    /// One tile of `R` rows × `cols` (≤ 8 `V`) positions in `V` vectors; `MASKED`
+    /// when fewer than `8 V`.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn tile<const R: usize, const MASKED: bool>(
+    unsafe fn tile<const R: usize, const V: usize, const MASKED: bool>(
         x: *const f32,
         terms: super::Terms,
         init: super::Init,
@@ -570,50 +576,52 @@ mod avx2 {
         cols: usize,
     ) {
         let (m0, m1) = masks(cols);
-        let mut acc = [[_mm256_setzero_ps(); 2]; R];
+        let masks = [m0, m1];
+        let mut acc = [[_mm256_setzero_ps(); V]; R];
         let mut wp = terms.w.as_ptr();
         // SAFETY (whole body): the caller guarantees every read of `x` and every
         // access to `out` is in bounds; `w` holds `R` rows of weights, `w_row` apart,
         // one weight per (channel, tap).
         unsafe {
             for (r, a) in acc.iter_mut().enumerate() {
-                *a = match init {
-                    super::Init::Bias(b) => [_mm256_set1_ps(b[r]); 2],
-                    super::Init::Output if MASKED => {
-                        let o = out.add(r * ldo);
-                        [_mm256_maskload_ps(o, m0), _mm256_maskload_ps(o.add(8), m1)]
-                    }
-                    super::Init::Output => {
-                        let o = out.add(r * ldo);
-                        [_mm256_loadu_ps(o), _mm256_loadu_ps(o.add(8))]
-                    }
-                };
+                let o = out.add(r * ldo);
+                for (v, a) in a.iter_mut().enumerate() {
+                    *a = match init {
+                        super::Init::Bias(b) => _mm256_set1_ps(b[r]),
+                        super::Init::Output if MASKED => _mm256_maskload_ps(o.add(8 * v), masks[v]),
+                        super::Init::Output => _mm256_loadu_ps(o.add(8 * v)),
+                    };
+                }
             }
             for ci in 0..terms.channels {
                 let xc = x.add(ci * terms.chan);
                 for &off in terms.taps {
                     let p = xc.add(off);
-                    let (x0, x1) = if MASKED {
-                        (_mm256_maskload_ps(p, m0), _mm256_maskload_ps(p.add(8), m1))
-                    } else {
-                        (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)))
-                    };
+                    let mut xv = [_mm256_setzero_ps(); V];
+                    for (v, xv) in xv.iter_mut().enumerate() {
+                        *xv = if MASKED {
+                            _mm256_maskload_ps(p.add(8 * v), masks[v])
+                        } else {
+                            _mm256_loadu_ps(p.add(8 * v))
+                        };
+                    }
                     for (r, a) in acc.iter_mut().enumerate() {
                         let wv = _mm256_broadcast_ss(&*wp.add(r * terms.w_row));
-                        a[0] = _mm256_fmadd_ps(wv, x0, a[0]);
-                        a[1] = _mm256_fmadd_ps(wv, x1, a[1]);
+                        for (a, &xv) in a.iter_mut().zip(&xv) {
+                            *a = _mm256_fmadd_ps(wv, xv, *a);
+                        }
                     }
                     wp = wp.add(1);
                 }
             }
             for (r, a) in acc.iter().enumerate() {
                 let o = out.add(r * ldo);
-                if MASKED {
-                    _mm256_maskstore_ps(o, m0, a[0]);
-                    _mm256_maskstore_ps(o.add(8), m1, a[1]);
-                } else {
-                    _mm256_storeu_ps(o, a[0]);
-                    _mm256_storeu_ps(o.add(8), a[1]);
+                for (v, &a) in a.iter().enumerate() {
+                    if MASKED {
+                        _mm256_maskstore_ps(o.add(8 * v), masks[v], a);
+                    } else {
+                        _mm256_storeu_ps(o.add(8 * v), a);
+                    }
                 }
             }
         }
@@ -639,10 +647,15 @@ mod avx512 {
         // SAFETY: every tile lies inside the segment the caller vouched for.
         unsafe {
             for j in (0..full).step_by(nr) {
-                tile::<R, false>(x.add(j), terms, init, out.add(j), ldo, nr);
+                tile::<R, 2, false>(x.add(j), terms, init, out.add(j), ldo, nr);
             }
-            if full < len {
-                tile::<R, true>(x.add(full), terms, init, out.add(full), ldo, len - full);
+            // A tail of at most one vector's positions is summed in one vector.
+            match len - full {
+                0 => {}
+                rest if rest <= nr / 2 => {
+                    tile::<R, 1, true>(x.add(full), terms, init, out.add(full), ldo, rest)
+                }
+                rest => tile::<R, 2, true>(x.add(full), terms, init, out.add(full), ldo, rest),
             }
         }
     }
@@ -652,11 +665,11 @@ mod avx512 {
         ((1u32 << n) - 1) as __mmask16
     }
 
-    /// One tile of `R` rows × `cols` (≤ 32) positions; `MASKED` when fewer than 32.
-    /// Masked-off lanes are neither read nor written.
+    /// One tile of `R` rows × `cols` (≤ 16 `V`) positions in `V` vectors; `MASKED`
+    /// when fewer than `16 V`. Masked-off lanes are neither read nor written.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    unsafe fn tile<const R: usize, const MASKED: bool>(
+    unsafe fn tile<const R: usize, const V: usize, const MASKED: bool>(
         x: *const f32,
         terms: super::Terms,
         init: super::Init,
@@ -664,57 +677,54 @@ mod avx512 {
         ldo: usize,
         cols: usize,
     ) {
-        let (k0, k1) = (mask(cols.min(16)), mask(cols.saturating_sub(16)));
-        let mut acc = [[_mm512_setzero_ps(); 2]; R];
+        let masks = [mask(cols.min(16)), mask(cols.saturating_sub(16))];
+        let mut acc = [[_mm512_setzero_ps(); V]; R];
         let mut wp = terms.w.as_ptr();
         // SAFETY (whole body): the caller guarantees every read of `x` and every
         // access to `out` is in bounds; `w` holds `R` rows of weights, `w_row` apart,
         // one weight per (channel, tap).
         unsafe {
             for (r, a) in acc.iter_mut().enumerate() {
-                *a = match init {
-                    super::Init::Bias(b) => [_mm512_set1_ps(b[r]); 2],
-                    super::Init::Output if MASKED => {
-                        let o = out.add(r * ldo);
-                        [
-                            _mm512_maskz_loadu_ps(k0, o),
-                            _mm512_maskz_loadu_ps(k1, o.add(16)),
-                        ]
-                    }
-                    super::Init::Output => {
-                        let o = out.add(r * ldo);
-                        [_mm512_loadu_ps(o), _mm512_loadu_ps(o.add(16))]
-                    }
-                };
+                let o = out.add(r * ldo);
+                for (v, a) in a.iter_mut().enumerate() {
+                    *a = match init {
+                        super::Init::Bias(b) => _mm512_set1_ps(b[r]),
+                        super::Init::Output if MASKED => {
+                            _mm512_maskz_loadu_ps(masks[v], o.add(16 * v))
+                        }
+                        super::Init::Output => _mm512_loadu_ps(o.add(16 * v)),
+                    };
+                }
             }
             for ci in 0..terms.channels {
                 let xc = x.add(ci * terms.chan);
                 for &off in terms.taps {
                     let p = xc.add(off);
-                    let (x0, x1) = if MASKED {
-                        (
-                            _mm512_maskz_loadu_ps(k0, p),
-                            _mm512_maskz_loadu_ps(k1, p.add(16)),
-                        )
-                    } else {
-                        (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)))
-                    };
+                    let mut xv = [_mm512_setzero_ps(); V];
+                    for (v, xv) in xv.iter_mut().enumerate() {
+                        *xv = if MASKED {
+                            _mm512_maskz_loadu_ps(masks[v], p.add(16 * v))
+                        } else {
+                            _mm512_loadu_ps(p.add(16 * v))
+                        };
+                    }
                     for (r, a) in acc.iter_mut().enumerate() {
                         let wv = _mm512_set1_ps(*wp.add(r * terms.w_row));
-                        a[0] = _mm512_fmadd_ps(wv, x0, a[0]);
-                        a[1] = _mm512_fmadd_ps(wv, x1, a[1]);
+                        for (a, &xv) in a.iter_mut().zip(&xv) {
+                            *a = _mm512_fmadd_ps(wv, xv, *a);
+                        }
                     }
                     wp = wp.add(1);
                 }
             }
             for (r, a) in acc.iter().enumerate() {
                 let o = out.add(r * ldo);
-                if MASKED {
-                    _mm512_mask_storeu_ps(o, k0, a[0]);
-                    _mm512_mask_storeu_ps(o.add(16), k1, a[1]);
-                } else {
-                    _mm512_storeu_ps(o, a[0]);
-                    _mm512_storeu_ps(o.add(16), a[1]);
+                for (v, &a) in a.iter().enumerate() {
+                    if MASKED {
+                        _mm512_mask_storeu_ps(o.add(16 * v), masks[v], a);
+                    } else {
+                        _mm512_storeu_ps(o.add(16 * v), a);
+                    }
                 }
             }
         }
