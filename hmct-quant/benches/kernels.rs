@@ -1,13 +1,15 @@
 //! Kernel benchmarks: fake quantization (in and out of cache), Conv (the shapes of the
 //! detector and of MTCNN), MaxPool (MTCNN's), MatMul 512³, and the element-wise chains
 //! that follow PP-OCR's convs, fused and node by node. Run with
-//! `cargo bench -p hmct-quant`.
+//! `cargo bench -p hmct-quant`; with `HMCT_BENCH_THREADS=1` the Conv, MaxPool and MatMul
+//! kernels run on the calling thread, as in a one-thread session (otherwise on rayon's
+//! global pool).
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use hmct_proto::onnx::AttributeProto;
 use hmct_proto::onnx::attribute_proto::AttributeType;
 use hmct_quant::fake_quant::{FakeQuant, QType};
-use hmct_quant::ops::{Attrs, Kernel, NodeSpec, build_kernel};
+use hmct_quant::ops::{Attrs, Kernel, NodeSpec, build_kernel, on_calling_thread};
 use hmct_tensor::Tensor;
 
 fn ints(name: &str, v: &[i64]) -> AttributeProto {
@@ -56,6 +58,17 @@ fn data(n: usize, seed: u32) -> Vec<f32> {
             (s >> 8) as f32 / (1u32 << 23) as f32 - 1.0
         })
         .collect()
+}
+
+/// Runs a kernel once, on the calling thread when `HMCT_BENCH_THREADS=1`.
+fn run_kernel(k: &dyn Kernel, inputs: &[Option<&Tensor>]) -> Vec<Tensor> {
+    static ONE_THREAD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let one = *ONE_THREAD.get_or_init(|| std::env::var("HMCT_BENCH_THREADS").as_deref() == Ok("1"));
+    if one {
+        on_calling_thread(|| k.run(inputs).unwrap())
+    } else {
+        k.run(inputs).unwrap()
+    }
 }
 
 fn tensor(shape: &[usize], seed: u32) -> Tensor {
@@ -135,7 +148,7 @@ fn conv(c: &mut Criterion) {
             (2 * co * ci / group * k * k * out(h) * out(width)) as u64,
         ));
         g.bench_function(name, |bch| {
-            bch.iter(|| kc.run(&[Some(&x), Some(&w), Some(&b)]).unwrap())
+            bch.iter(|| run_kernel(&*kc, &[Some(&x), Some(&w), Some(&b)]))
         });
     }
     g.finish();
@@ -162,7 +175,7 @@ fn max_pool(c: &mut Criterion) {
         ];
         let kp = kernel("MaxPool", &attrs, 1);
         g.throughput(Throughput::Elements((ch * size * size) as u64));
-        g.bench_function(name, |bch| bch.iter(|| kp.run(&[Some(&x)]).unwrap()));
+        g.bench_function(name, |bch| bch.iter(|| run_kernel(&*kp, &[Some(&x)])));
     }
     g.finish();
 }
@@ -174,7 +187,7 @@ fn matmul(c: &mut Criterion) {
     let k = kernel("MatMul", &[], 2);
     g.throughput(Throughput::Elements(2 * 512 * 512 * 512));
     g.bench_function("512x512x512", |bch| {
-        bch.iter(|| k.run(&[Some(&a), Some(&bm)]).unwrap())
+        bch.iter(|| run_kernel(&*k, &[Some(&a), Some(&bm)]))
     });
     g.finish();
 }

@@ -170,6 +170,12 @@ pub fn build_kernel(spec: &NodeSpec) -> Result<Box<dyn Kernel>, OpError> {
     Err(OpError::unsupported("operator not implemented"))
 }
 
+/// Runs `f` with every kernel it calls kept on the calling thread, as a one-thread
+/// [`crate::Session`] runs them; for timing a kernel alone at one thread.
+pub fn on_calling_thread<R>(f: impl FnOnce() -> R) -> R {
+    crate::par::sequential(f)
+}
+
 /// Fetches required input `i` of a kernel's inputs.
 pub fn input<'t>(inputs: &[Option<&'t Tensor>], i: usize) -> Result<&'t Tensor, OpError> {
     inputs
