@@ -277,6 +277,8 @@ fn pool_plane<T: PoolElem>(
 /// there building the phase planes costs more than the maxima. Its time grows by
 /// about 4 ns per output against the phase planes' 1.5 ns (one thread, 3x3 windows:
 /// 75 vs 190 ns on a 4x4 plane, 400 vs 310 ns on a 10x10 one), so they cross near 64.
+/// (Timed before the phase planes were folded in registers and filled once per call,
+/// which made them faster still; the crossover may now lie lower.)
 const SMALL_OUT: usize = 64;
 
 /// [`max_pool_values`] for planes with few outputs: each output folds its taps inside
@@ -349,6 +351,29 @@ trait PoolElem: Copy + PartialOrd + Send + Sync {
             *o = pair[1];
         }
     }
+
+    /// Whether [`PoolElem::fold_2d`] runs for this type on this CPU.
+    #[inline(always)]
+    fn has_fold_2d() -> bool {
+        false
+    }
+
+    /// Pools a 2-D plane from its phase planes `split` straight into `out` (rows of
+    /// `ow` outputs), folding every tap of a few outputs in registers. Output `(r, c)`
+    /// of tap `t` is `split[taps[t] + r * cols + c]`. With `start_in_out`, each output
+    /// starts from the value already in `out` and folds every tap; otherwise it starts
+    /// from tap 0. Only called where [`PoolElem::has_fold_2d`].
+    #[inline(always)]
+    fn fold_2d(
+        _split: &[Self],
+        _taps: &[usize],
+        _cols: usize,
+        _out: &mut [Self],
+        _ow: usize,
+        _start_in_out: bool,
+    ) {
+        unreachable!("fold_2d without has_fold_2d")
+    }
 }
 
 impl PoolElem for f64 {}
@@ -370,6 +395,41 @@ impl PoolElem for f32 {
             even[i] = row[2 * i];
             odd[i] = row[2 * i + 1];
         }
+    }
+
+    #[inline(always)]
+    fn has_fold_2d() -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            is_x86_feature_detected!("avx2")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    }
+
+    #[inline(always)]
+    fn fold_2d(
+        split: &[f32],
+        taps: &[usize],
+        cols: usize,
+        out: &mut [f32],
+        ow: usize,
+        start_in_out: bool,
+    ) {
+        let rows = out.len() / ow;
+        let last = taps.iter().max().map(|&t| t + (rows - 1) * cols + ow);
+        assert!(
+            Self::has_fold_2d()
+                && rows > 0
+                && rows * ow == out.len()
+                && last.is_some_and(|l| l <= split.len())
+        );
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the CPU has AVX2; the assert bounds every read of `split` (the last
+        // output of the furthest tap) and `out` holds `rows` rows of `ow`.
+        unsafe {
+            fold_2d_avx2(split, taps, cols, out, ow, start_in_out)
+        };
     }
 
     #[inline(always)]
@@ -408,6 +468,113 @@ unsafe fn max_into_avx(dst: &mut [f32], src: &[f32]) {
     }
     for (o, &v) in dst[full..n].iter_mut().zip(&src[full..n]) {
         *o = if v > *o { v } else { *o };
+    }
+}
+
+/// [`PoolElem::fold_2d`] for f32, eight outputs of a row in each vector: each tap is
+/// one load and one `vmaxps` (`v > m ? v : m`, the fold's rule lane by lane) on a
+/// running maximum kept in a register, and the outputs are stored once. Up to four
+/// vectors are folded side by side, since one vector's taps form a chain of dependent
+/// maxima that would leave the CPU waiting. A row's last vector of fewer than eight
+/// outputs is done as the eight outputs ending the row, folding a few again: folding
+/// taps into their own maximum changes nothing. Rows of fewer than eight outputs use
+/// masked loads and stores.
+///
+/// # Safety
+/// The CPU has AVX2; `out` holds whole rows of `ow`, and every `taps[t] + r * cols +
+/// c` for an output `(r, c)` is inside `split`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn fold_2d_avx2(
+    split: &[f32],
+    taps: &[usize],
+    cols: usize,
+    out: &mut [f32],
+    ow: usize,
+    start_in_out: bool,
+) {
+    use std::arch::x86_64::*;
+    let (first, rest) = match start_in_out {
+        true => (None, taps),
+        false => (Some(taps[0]), &taps[1..]),
+    };
+    let vectors = ow.div_ceil(8);
+    for r in 0..out.len() / ow {
+        // SAFETY: every access is to an output (r, c) of the row, or its taps.
+        unsafe {
+            let src = split.as_ptr().add(r * cols);
+            let dst = out.as_mut_ptr().add(r * ow);
+            if ow < 8 {
+                let mask = _mm256_cmpgt_epi32(
+                    _mm256_set1_epi32(ow as i32),
+                    _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                );
+                let mut m = match first {
+                    Some(t) => _mm256_maskload_ps(src.add(t), mask),
+                    None => _mm256_maskload_ps(dst, mask),
+                };
+                for &t in rest {
+                    m = _mm256_max_ps(_mm256_maskload_ps(src.add(t), mask), m);
+                }
+                _mm256_maskstore_ps(dst, mask, m);
+                continue;
+            }
+            let at = |v: usize| (8 * v).min(ow - 8);
+            let mut v = 0;
+            while v < vectors {
+                match vectors - v {
+                    1 => fold_vectors_avx2([at(v)], src, dst, first, rest),
+                    2 => fold_vectors_avx2([at(v), at(v + 1)], src, dst, first, rest),
+                    3 => fold_vectors_avx2([at(v), at(v + 1), at(v + 2)], src, dst, first, rest),
+                    _ => fold_vectors_avx2(
+                        [at(v), at(v + 1), at(v + 2), at(v + 3)],
+                        src,
+                        dst,
+                        first,
+                        rest,
+                    ),
+                }
+                v += 4;
+            }
+        }
+    }
+}
+
+/// Folds the eight outputs at each of `cols` of one row: from tap `first` (or from
+/// `dst` without one), then every tap of `rest`.
+///
+/// # Safety
+/// The CPU has AVX2; `dst + c` and `src + t + c` for every `c` of `cols` and tap `t`
+/// are eight readable (`dst`: writable) values.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn fold_vectors_avx2<const V: usize>(
+    cols: [usize; V],
+    src: *const f32,
+    dst: *mut f32,
+    first: Option<usize>,
+    rest: &[usize],
+) {
+    use std::arch::x86_64::*;
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        let mut m = [_mm256_setzero_ps(); V];
+        for (m, &c) in m.iter_mut().zip(&cols) {
+            *m = match first {
+                Some(t) => _mm256_loadu_ps(src.add(t + c)),
+                None => _mm256_loadu_ps(dst.add(c)),
+            };
+        }
+        for &t in rest {
+            let s = src.add(t);
+            for (m, &c) in m.iter_mut().zip(&cols) {
+                *m = _mm256_max_ps(_mm256_loadu_ps(s.add(c)), *m);
+            }
+        }
+        for (m, &c) in m.iter().zip(&cols) {
+            _mm256_storeu_ps(dst.add(c), *m);
+        }
     }
 }
 
@@ -459,13 +626,18 @@ struct PhaseGeometry {
     /// Rows and columns of one phase plane.
     rows: usize,
     cols: usize,
-    /// Padded rows and columns any window reaches.
-    need_rows: usize,
+    /// Padded columns any window reaches.
     need_cols: usize,
     /// Per output row, column and depth: its first tap inside the data, if any.
     first: [Vec<Option<usize>>; 3],
     /// Whether every output's first tap is tap 0 on every axis.
     first_is_zero: bool,
+    /// For 2-D windows, where each tap's phase plane reads output (0, 0): the offsets
+    /// of [`PoolElem::fold_2d`], in window order.
+    taps_2d: Option<Vec<usize>>,
+    /// Where each input row any window reaches starts in a depth slice of the phase
+    /// planes (worked out once: two divisions per row cost as much as its copy).
+    row_at: Vec<usize>,
 }
 
 impl PhaseGeometry {
@@ -487,14 +659,33 @@ impl PhaseGeometry {
                 .enumerate()
                 .all(|(o, f)| *f == Some(o * g.stride[a]) && g.pad[a] == 0)
         });
+        let (rows, cols) = (need(1).div_ceil(g.stride[1]), need(2).div_ceil(g.stride[2]));
+        let [_, sh, sw] = g.stride;
+        let taps_2d = (g.input[0] == 1 && g.kernel[0] == 1).then(|| {
+            (0..g.kernel[1])
+                .flat_map(|kh| {
+                    let r = kh * g.dil[1];
+                    (0..g.kernel[2]).map(move |kw| {
+                        let c = kw * g.dil[2];
+                        ((r % sh) * sw + c % sw) * rows * cols + (r / sh) * cols + c / sw
+                    })
+                })
+                .collect()
+        });
+        let row_at = (0..g.input[1])
+            .map(|h| h + g.pad[1] as usize)
+            .take_while(|&r| r < need(1))
+            .map(|r| (r % sh) * sw * rows * cols + (r / sh) * cols)
+            .collect();
         PhaseGeometry {
             g: *g,
-            rows: need(1).div_ceil(g.stride[1]),
-            cols: need(2).div_ceil(g.stride[2]),
-            need_rows: need(1),
+            rows,
+            cols,
+            row_at,
             need_cols: need(2),
             first,
             first_is_zero,
+            taps_2d,
         }
     }
 
@@ -516,23 +707,37 @@ impl PhaseGeometry {
         let g = &self.g;
         let [id_n, ih_n, iw_n] = g.input;
         let [od_n, oh_n, ow_n] = g.out;
-        let [_, sh, sw] = g.stride;
+        let sw = g.stride[2];
         let phase_vol = self.rows * self.cols;
         let slice_vol = self.phase_planes() * phase_vol;
-        split.clear();
-        split.resize(id_n * slice_vol, skip);
-        let (pad_h, pad_w) = (g.pad[1] as usize, g.pad[2] as usize);
+        // Every plane of a call writes the same places of `split` (its scratch lives
+        // for one call, so one geometry), so the padding holds `skip` from the first
+        // fill on: filling it per plane took a third of the pooling.
+        if split.len() != id_n * slice_vol {
+            split.clear();
+            split.resize(id_n * slice_vol, skip);
+        }
+        let pad_w = g.pad[2] as usize;
         let used_cols = iw_n.min(self.need_cols.saturating_sub(pad_w));
         for (d, dst) in split.chunks_exact_mut(slice_vol).enumerate() {
-            for h in 0..ih_n {
-                let r = h + pad_h;
-                if r >= self.need_rows {
-                    break;
-                }
+            for (h, &at) in self.row_at.iter().enumerate() {
                 let row = &x[(d * ih_n + h) * iw_n..][..used_cols];
-                let first_phase = (r % sh) * sw * phase_vol + (r / sh) * self.cols;
-                scatter_row(row, &mut dst[first_phase..], pad_w, sw, phase_vol);
+                scatter_row(row, &mut dst[at..], pad_w, sw, phase_vol);
             }
+        }
+        if let Some(taps) = self.taps_2d.as_deref().filter(|_| T::has_fold_2d()) {
+            if !self.first_is_zero {
+                for (oh, row) in out.chunks_exact_mut(ow_n).enumerate() {
+                    for (ow, o) in row.iter_mut().enumerate() {
+                        *o = match (self.first[1][oh], self.first[2][ow]) {
+                            (Some(h), Some(w)) => x[h * iw_n + w],
+                            _ => lowest,
+                        };
+                    }
+                }
+            }
+            T::fold_2d(split, taps, self.cols, out, ow_n, !self.first_is_zero);
+            return;
         }
         // Outputs at the phase plane's row width; the last row only as long as needed.
         let run = (oh_n - 1) * self.cols + ow_n;
