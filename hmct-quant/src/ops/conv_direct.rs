@@ -111,12 +111,13 @@ pub(crate) fn fits(g: &Win3, cg: usize) -> bool {
     cg > 1 && g.input[0] == 1 && g.out[0] == 1 && g.kernel[0] == 1 && g.pad.iter().all(|&p| p >= 0)
 }
 
-/// Whether `oh` output rows of `ow` positions fill more of the `nr`-wide tiles as one
-/// line at the input's row width `iw` than row by row: narrow rows leave most of their
-/// last tile empty, a wide line only the `iw - ow` positions each row skips.
+/// Whether `oh` output rows of `ow` positions fill more of the vectors of `nr`-wide
+/// tiles (two vectors each; a tail is summed in one vector when it fits) as one line at
+/// the input's row width `iw` than row by row: narrow rows leave much of their last
+/// vector empty, a wide line only the `iw - ow` positions each row skips.
 fn wide_fills_better(oh: usize, ow: usize, iw: usize, nr: usize) -> bool {
-    let by_rows = oh * ow.next_multiple_of(nr);
-    let wide = ((oh - 1) * iw + ow).next_multiple_of(nr);
+    let by_rows = oh * ow.next_multiple_of(nr / 2);
+    let wide = ((oh - 1) * iw + ow).next_multiple_of(nr / 2);
     // Tiles computed, with a margin for the trim copy.
     wide * 10 < by_rows * 9
 }
