@@ -14,8 +14,8 @@
 //! `p, p + s, p + 2s, ...`): every tap of every output tile then reads a tile's width
 //! of consecutive values. Unpadded stride-1 convs on narrow rows, whose last tile per
 //! row would be mostly empty, are summed as one line at the input's row width instead
-//! (the few positions between rows are computed and dropped), so nearly every tile is
-//! full.
+//! (the few positions between rows are computed and dropped: by AVX-512 as it stores,
+//! by AVX2 in a copy from a buffer), so nearly every tile is full.
 //! Each output element is `bias + Σ_c Σ_taps w·x` summed in that order with
 //! fused multiply-adds, whatever the instruction set, the tiling or the thread count,
 //! so the AVX2 and AVX-512 kernels give the same bits.
@@ -285,6 +285,12 @@ pub(crate) fn conv(
     let tasks = n * group * m_tasks * line_tasks;
     let channels_inner = k_vol > 1;
 
+    let trim = match lay.wide {
+        Some(iw) if isa == Isa::Avx512 => Some(Trim::new(lay.line_len, iw, g.out[2])),
+        _ => None,
+    };
+    let trim = trim.as_ref();
+
     let yp = SendPtr(y.as_mut_ptr());
     let lay = &lay;
     let task = |t: usize| {
@@ -301,11 +307,11 @@ pub(crate) fn conv(
         let m1 = (m0 + m_chunk).min(mg);
         let xg = &x[(b * c + gi * cg) * in_vol..][..cg * in_vol];
         let yp = yp;
-        // Wide lines are summed into a buffer of the task's channels × positions, and
-        // trimmed into `y` at the end; other tasks write to `y` directly.
-        let wide_len = match lay.wide {
-            Some(_) => (m1 - m0) * (j1 - j0),
-            None => 0,
+        // Wide lines without a `Trim` are summed into a buffer of the task's channels ×
+        // positions, and trimmed into `y` at the end; other tasks write to `y` directly.
+        let wide_len = match (lay.wide, trim) {
+            (Some(_), None) => (m1 - m0) * (j1 - j0),
+            _ => 0,
         };
         f32::with_scratch(wide_len, |wide_buf| {
             let wide_ptr = SendPtr(wide_buf.as_mut_ptr());
@@ -341,19 +347,21 @@ pub(crate) fn conv(
                         // SAFETY: this writes channels [ch, ch + rows) × positions
                         // [l*line_len + j, + len) of image b, a region no other task writes
                         // (tasks split images, groups, channel chunks and lines or
-                        // columns), inside `y`'s n*m*out_vol elements or this task's
+                        // columns), inside `y`'s n*m*out_vol elements (through `trim`,
+                        // the outputs of wide positions [j, j + len)) or this task's
                         // wide buffer of (m1 - m0) × (j1 - j0). Reads stay inside
                         // `xs`: `cn` channels of `chan` elements, where position j + len - 1
                         // of line l plus the last tap is the last element an output needs.
                         unsafe {
-                            let (out, ldo) = match lay.wide {
-                                Some(_) => {
-                                    (wide_ptr.0.add((mb - m0) * (j1 - j0) + j - j0), j1 - j0)
-                                }
-                                None => (
-                                    yp.0.add((b * m + ch) * out_vol + l * lay.line_len + j),
-                                    out_vol,
+                            let plane = yp.0.add((b * m + ch) * out_vol);
+                            let (out, ldo, trim) = match (lay.wide, trim) {
+                                (Some(_), Some(t)) => (plane, out_vol, Some((t, j))),
+                                (Some(_), None) => (
+                                    wide_ptr.0.add((mb - m0) * (j1 - j0) + j - j0),
+                                    j1 - j0,
+                                    None,
                                 ),
+                                (None, _) => (plane.add(l * lay.line_len + j), out_vol, None),
                             };
                             let terms = Terms {
                                 chan,
@@ -362,7 +370,8 @@ pub(crate) fn conv(
                                 w: wq,
                                 w_row: kdim,
                             };
-                            segment(isa, xs, base, terms, rows, init, out, ldo, len);
+                            let dest = Dest { out, ldo, trim };
+                            segment(isa, xs, base, terms, rows, init, dest, len);
                         }
                     };
                     for l in l0..l1 {
@@ -381,7 +390,7 @@ pub(crate) fn conv(
                     }
                 });
             }
-            if let Some(iw) = lay.wide {
+            if let (Some(iw), None) = (lay.wide, trim) {
                 let first = (b * m + gi * mg + m0) * out_vol;
                 // SAFETY: the output positions of wide positions [j0, j1) of channels
                 // [m0, m1) belong to this task alone, inside `y`.
@@ -393,6 +402,38 @@ pub(crate) fn conv(
         (0..tasks).for_each(task);
     } else {
         (0..tasks).into_par_iter().for_each(task);
+    }
+}
+
+/// Where the AVX-512 kernel stores the 16-lane vectors of a wide line straight into the
+/// output, dropping the lanes of the `iw - ow` positions each row skips: the kept lanes
+/// of a vector are consecutive outputs, so they are packed together (`vcompressps`)
+/// and stored at the output of the first one. This replaces the wide buffer and its
+/// row-by-row trim, which cost a third of a conv summing 27 products per output.
+struct Trim {
+    /// Per vector of 16 wide positions (vector `v` starts at position `16 v`): the
+    /// lanes that are outputs, and the output index of its first kept lane.
+    lanes: Vec<u16>,
+    at: Vec<usize>,
+}
+
+impl Trim {
+    fn new(line_len: usize, iw: usize, ow: usize) -> Trim {
+        let vectors = line_len.div_ceil(16);
+        let lanes = (0..vectors)
+            .map(|v| {
+                (0..16)
+                    .filter(|l| {
+                        let p = 16 * v + l;
+                        p < line_len && p % iw < ow
+                    })
+                    .fold(0u16, |k, l| k | 1 << l)
+            })
+            .collect();
+        let at = (0..vectors)
+            .map(|v| (16 * v / iw) * ow + (16 * v % iw).min(ow))
+            .collect();
+        Trim { lanes, at }
     }
 }
 
@@ -445,6 +486,16 @@ struct Terms<'a> {
     w_row: usize,
 }
 
+/// Where a segment's sums go: `out` points to its first row, rows `ldo` apart; with a
+/// `trim` (AVX-512 only), `out` is the start of each row's output plane and the sums
+/// are those of wide positions from the given one on, stored through the [`Trim`].
+#[derive(Clone, Copy)]
+struct Dest<'a> {
+    out: *mut f32,
+    ldo: usize,
+    trim: Option<(&'a Trim, usize)>,
+}
+
 /// What a tile's sums start from.
 #[derive(Clone, Copy)]
 enum Init {
@@ -470,9 +521,9 @@ impl Init {
 /// tiles and a last, narrower one.
 ///
 /// # Safety
-/// The CPU has `isa`; `out` points to `rows` rows of `len` writable values, `ldo`
-/// apart; `base + taps[t] + len - 1 + (channels - 1) * chan < x.len()` for every tap.
-#[allow(clippy::too_many_arguments)]
+/// The CPU has `isa`; `dest` holds `rows` rows of `len` writable values, `ldo` apart
+/// (with a trim: of the outputs of its `len` wide positions, which start at a multiple
+/// of 16); `base + taps[t] + len - 1 + (channels - 1) * chan < x.len()` for every tap.
 unsafe fn segment(
     isa: Isa,
     x: &[f32],
@@ -480,14 +531,15 @@ unsafe fn segment(
     terms: Terms,
     rows: usize,
     init: Init,
-    out: *mut f32,
-    ldo: usize,
+    dest: Dest,
     len: usize,
 ) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: forwarded from the caller.
     unsafe {
         let x = x.as_ptr().add(base);
+        let (out, ldo) = (dest.out, dest.ldo);
+        debug_assert!(isa == Isa::Avx512 || dest.trim.is_none());
         match isa {
             Isa::Avx2Fma => match rows {
                 6 => avx2::segment::<6>(x, terms, init, out, ldo, len),
@@ -498,24 +550,24 @@ unsafe fn segment(
                 _ => avx2::segment::<1>(x, terms, init, out, ldo, len),
             },
             Isa::Avx512 => match rows {
-                12 => avx512::segment::<12>(x, terms, init, out, ldo, len),
-                11 => avx512::segment::<11>(x, terms, init, out, ldo, len),
-                10 => avx512::segment::<10>(x, terms, init, out, ldo, len),
-                9 => avx512::segment::<9>(x, terms, init, out, ldo, len),
-                8 => avx512::segment::<8>(x, terms, init, out, ldo, len),
-                7 => avx512::segment::<7>(x, terms, init, out, ldo, len),
-                6 => avx512::segment::<6>(x, terms, init, out, ldo, len),
-                5 => avx512::segment::<5>(x, terms, init, out, ldo, len),
-                4 => avx512::segment::<4>(x, terms, init, out, ldo, len),
-                3 => avx512::segment::<3>(x, terms, init, out, ldo, len),
-                2 => avx512::segment::<2>(x, terms, init, out, ldo, len),
-                _ => avx512::segment::<1>(x, terms, init, out, ldo, len),
+                12 => avx512::segment::<12>(x, terms, init, dest, len),
+                11 => avx512::segment::<11>(x, terms, init, dest, len),
+                10 => avx512::segment::<10>(x, terms, init, dest, len),
+                9 => avx512::segment::<9>(x, terms, init, dest, len),
+                8 => avx512::segment::<8>(x, terms, init, dest, len),
+                7 => avx512::segment::<7>(x, terms, init, dest, len),
+                6 => avx512::segment::<6>(x, terms, init, dest, len),
+                5 => avx512::segment::<5>(x, terms, init, dest, len),
+                4 => avx512::segment::<4>(x, terms, init, dest, len),
+                3 => avx512::segment::<3>(x, terms, init, dest, len),
+                2 => avx512::segment::<2>(x, terms, init, dest, len),
+                _ => avx512::segment::<1>(x, terms, init, dest, len),
             },
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (isa, x, base, terms, rows, init, out, ldo, len);
+        let _ = (isa, x, base, terms, rows, init, dest, len);
         unreachable!("the direct conv runs only where `available` said so");
     }
 }
@@ -639,24 +691,33 @@ mod avx512 {
         x: *const f32,
         terms: super::Terms,
         init: super::Init,
-        out: *mut f32,
-        ldo: usize,
+        dest: super::Dest,
         len: usize,
     ) {
         let nr = super::NR_AVX512;
         let full = len / nr * nr;
+        // The tile starting `j` positions into the segment.
+        let at = |j: usize| super::Dest {
+            out: match dest.trim {
+                Some(_) => dest.out,
+                // SAFETY: inside the segment, as the caller vouched.
+                None => unsafe { dest.out.add(j) },
+            },
+            ldo: dest.ldo,
+            trim: dest.trim.map(|(t, p)| (t, p + j)),
+        };
         // SAFETY: every tile lies inside the segment the caller vouched for.
         unsafe {
             for j in (0..full).step_by(nr) {
-                tile::<R, 2, false>(x.add(j), terms, init, out.add(j), ldo, nr);
+                tile::<R, 2, false>(x.add(j), terms, init, at(j), nr);
             }
             // A tail of at most one vector's positions is summed in one vector.
             match len - full {
                 0 => {}
                 rest if rest <= nr / 2 => {
-                    tile::<R, 1, true>(x.add(full), terms, init, out.add(full), ldo, rest)
+                    tile::<R, 1, true>(x.add(full), terms, init, at(full), rest)
                 }
-                rest => tile::<R, 2, true>(x.add(full), terms, init, out.add(full), ldo, rest),
+                rest => tile::<R, 2, true>(x.add(full), terms, init, at(full), rest),
             }
         }
     }
@@ -667,18 +728,31 @@ mod avx512 {
     }
 
     /// One tile of `R` rows × `cols` (≤ 16 `V`) positions in `V` vectors; `MASKED`
-    /// when fewer than `16 V`. Masked-off lanes are neither read nor written.
+    /// when fewer than `16 V`. Masked-off lanes are neither read nor written; with a
+    /// trim, neither are the lanes it drops, and the kept ones are packed together.
     #[inline]
     #[target_feature(enable = "avx512f")]
     unsafe fn tile<const R: usize, const V: usize, const MASKED: bool>(
         x: *const f32,
         terms: super::Terms,
         init: super::Init,
-        out: *mut f32,
-        ldo: usize,
+        dest: super::Dest,
         cols: usize,
     ) {
         let masks = [mask(cols.min(16)), mask(cols.saturating_sub(16))];
+        // Per vector: its offset in an output row, the lanes it keeps, and whether it
+        // packs them (a trim) or stores them in place.
+        let mut place = [(0usize, 0 as __mmask16); V];
+        for (v, pl) in place.iter_mut().enumerate() {
+            *pl = match dest.trim {
+                None => (16 * v, masks[v]),
+                Some((t, p)) => {
+                    let i = p / 16 + v;
+                    (t.at[i], t.lanes[i] & masks[v])
+                }
+            };
+        }
+        let packed = dest.trim.is_some();
         let mut acc = [[_mm512_setzero_ps(); V]; R];
         let mut wp = terms.w.as_ptr();
         // SAFETY (whole body): the caller guarantees every read of `x` and every
@@ -686,14 +760,16 @@ mod avx512 {
         // one weight per (channel, tap).
         unsafe {
             for (r, a) in acc.iter_mut().enumerate() {
-                let o = out.add(r * ldo);
-                for (v, a) in a.iter_mut().enumerate() {
+                let o = dest.out.add(r * dest.ldo);
+                for (a, &(off, k)) in a.iter_mut().zip(&place) {
                     *a = match init {
                         super::Init::Bias(b) => _mm512_set1_ps(b[r]),
-                        super::Init::Output if MASKED => {
-                            _mm512_maskz_loadu_ps(masks[v], o.add(16 * v))
+                        super::Init::Output if packed => {
+                            let kept = mask(k.count_ones() as usize);
+                            _mm512_maskz_expand_ps(k, _mm512_maskz_loadu_ps(kept, o.add(off)))
                         }
-                        super::Init::Output => _mm512_loadu_ps(o.add(16 * v)),
+                        super::Init::Output if MASKED => _mm512_maskz_loadu_ps(k, o.add(off)),
+                        super::Init::Output => _mm512_loadu_ps(o.add(off)),
                     };
                 }
             }
@@ -719,12 +795,15 @@ mod avx512 {
                 }
             }
             for (r, a) in acc.iter().enumerate() {
-                let o = out.add(r * ldo);
-                for (v, &a) in a.iter().enumerate() {
-                    if MASKED {
-                        _mm512_mask_storeu_ps(o.add(16 * v), masks[v], a);
+                let o = dest.out.add(r * dest.ldo);
+                for (&a, &(off, k)) in a.iter().zip(&place) {
+                    if packed {
+                        let kept = mask(k.count_ones() as usize);
+                        _mm512_mask_storeu_ps(o.add(off), kept, _mm512_maskz_compress_ps(k, a));
+                    } else if MASKED {
+                        _mm512_mask_storeu_ps(o.add(off), k, a);
                     } else {
-                        _mm512_storeu_ps(o.add(16 * v), a);
+                        _mm512_storeu_ps(o.add(off), a);
                     }
                 }
             }
