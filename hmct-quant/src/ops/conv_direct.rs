@@ -524,6 +524,7 @@ impl Init {
 /// The CPU has `isa`; `dest` holds `rows` rows of `len` writable values, `ldo` apart
 /// (with a trim: of the outputs of its `len` wide positions, which start at a multiple
 /// of 16); `base + taps[t] + len - 1 + (channels - 1) * chan < x.len()` for every tap.
+#[allow(clippy::too_many_arguments)]
 unsafe fn segment(
     isa: Isa,
     x: &[f32],
