@@ -102,7 +102,7 @@ fn fake_quant(c: &mut Criterion) {
 
 /// Conv shapes: the generic 3x3 and 1x1 of a mid-sized CNN, then the detector's
 /// heaviest kinds (its 3x3 head convs, its first stride-2 conv, a pointwise conv with
-/// few input channels on a large plane).
+/// few input channels on a large plane), MTCNN's and the classifier's depthwise.
 fn conv(c: &mut Criterion) {
     let mut g = c.benchmark_group("conv");
     g.sample_size(20);
@@ -118,7 +118,7 @@ fn conv(c: &mut Criterion) {
         usize,
         [usize; 2],
     );
-    let shapes: [Shape; 11] = [
+    let shapes: [Shape; 14] = [
         ("3x3_64to64_160x160", 64, 64, 1, 3, 1, 1, [160, 160]),
         ("depthwise3x3_64_160x160", 64, 64, 64, 3, 1, 1, [160, 160]),
         ("1x1_64to64_160x160", 64, 64, 1, 1, 1, 0, [160, 160]),
@@ -126,8 +126,12 @@ fn conv(c: &mut Criterion) {
         ("3x3s2_3to16_640x640", 3, 16, 1, 3, 2, 1, [640, 640]),
         ("1x1_16to32_320x320", 16, 32, 1, 1, 1, 0, [320, 320]),
         ("1x1_384to384_20x20", 384, 384, 1, 1, 1, 0, [20, 20]),
+        // MTCNN's: O-Net's four convs, R-Net's second.
+        ("3x3_3to32_48x48", 3, 32, 1, 3, 1, 0, [48, 48]),
         ("3x3_32to64_23x23", 32, 64, 1, 3, 1, 0, [23, 23]),
         ("3x3_64to64_10x10", 64, 64, 1, 3, 1, 0, [10, 10]),
+        ("2x2_64to128_4x4", 64, 128, 1, 2, 1, 0, [4, 4]),
+        ("3x3_28to48_11x11", 28, 48, 1, 3, 1, 0, [11, 11]),
         // The PP-OCR classifier's heaviest: 5x5 depthwise on planes 2 or 3 rows high.
         ("depthwise5x5_200_2x96", 200, 200, 200, 5, 1, 2, [2, 96]),
         ("depthwise5x5_88_3x96", 88, 88, 88, 5, 1, 2, [3, 96]),
