@@ -409,7 +409,9 @@ pub(crate) fn conv(
 /// output, dropping the lanes of the `iw - ow` positions each row skips: the kept lanes
 /// of a vector are consecutive outputs, so they are packed together (`vcompressps`)
 /// and stored at the output of the first one. This replaces the wide buffer and its
-/// row-by-row trim, which cost a third of a conv summing 27 products per output.
+/// row-by-row trim (one short copy per output row and channel), which on convs of few
+/// products per output cost as much as a tenth of the conv (R-Net's 3->28: 0.015 ->
+/// 0.013 ms per run without it).
 struct Trim {
     /// Per vector of 16 wide positions (vector `v` starts at position `16 v`): the
     /// lanes that are outputs, and the output index of its first kept lane.
