@@ -350,11 +350,17 @@ fn prelu_planes(x: &ArrayD<f32>, slope: &ArrayD<f32>) -> Option<ArrayD<f32>> {
     // Written into a new buffer, not in place: in place, the compiler turns the
     // select into masked stores, which on AMD cost more than the whole loop.
     let mut out = crate::buffers::take::<f32>(src.len());
-    for (i, (s, d)) in src.chunks(plane).zip(out.chunks_mut(plane)).enumerate() {
-        let k = k[i % k.len()];
+    #[cfg(target_arch = "x86_64")]
+    let avx = plane >= 8 && is_x86_feature_detected!("avx");
+    // Planes cycle through the slopes (channels of each image in turn).
+    for ((s, d), &k) in src
+        .chunks(plane)
+        .zip(out.chunks_mut(plane))
+        .zip(k.iter().cycle())
+    {
         let mut done = 0;
         #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx") {
+        if avx {
             // SAFETY: the CPU has AVX.
             done = unsafe { prelu_avx(s, d, k) };
         }
