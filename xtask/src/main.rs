@@ -30,6 +30,11 @@ enum Task {
         /// Thread counts to compare at.
         #[arg(long, value_delimiter = ',', default_value = "1,2")]
         threads: Vec<usize>,
+        /// Measure each model this many times, each with a fresh session and
+        /// onnxruntime process, and print the median ratio with its range (on a
+        /// shared machine a single measurement's ratio moves by 0.1-0.3).
+        #[arg(long, default_value_t = 1)]
+        repeat: usize,
     },
     /// Time get-sensitivity-of-nodes against the onnxruntime way on the same model,
     /// data and threads; check the rankings agree.
@@ -70,6 +75,7 @@ fn main() -> Result<()> {
             models,
             runs,
             threads,
+            repeat,
         } => {
             let models = if models.is_empty() {
                 shared_models(&root)?
@@ -82,6 +88,7 @@ fn main() -> Result<()> {
                     models,
                     runs,
                     threads,
+                    repeat,
                 },
             )
         }
