@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use hmct_tensor::Tensor;
 use rayon::prelude::*;
 
+use crate::ops::elementwise::broadcast::along_axis1_only;
 use crate::ops::elementwise::step::{
     self, ArithOp, ElementStep, HardSwish, Operand, act_block, affine_block, arith_block,
     clip_block, hard_swish_block, relu_block,
@@ -62,15 +63,10 @@ impl Constant {
     }
 
     /// Whether it broadcasts to `shape` without changing it, varying along axis 1
-    /// only.
+    /// only (its values are then one, or one per channel: `compile` keeps only
+    /// constants with at most one axis longer than 1).
     fn fits(&self, shape: &[usize]) -> bool {
-        let Some(lead) = shape.len().checked_sub(self.shape.len()) else {
-            return false;
-        };
-        self.shape
-            .iter()
-            .enumerate()
-            .all(|(d, &n)| n == 1 || (lead + d == 1 && n == shape[1] && n == self.values.len()))
+        along_axis1_only(&self.shape, shape)
     }
 }
 

@@ -126,6 +126,7 @@ pub fn run(root: &Path, opts: &Options) -> Result<()> {
     );
     for model_path in &opts.models {
         let dir = model_path.parent().context("model path has no folder")?;
+        let data_dir = dir.join("calibration_data");
         let model = hmct_ir::load_model(model_path)?;
         let name = dir
             .file_name()
@@ -133,7 +134,7 @@ pub fn run(root: &Path, opts: &Options) -> Result<()> {
             .unwrap_or_default();
         for &threads in &opts.threads {
             let all = (0..opts.repeat.max(1))
-                .map(|_| measure(&python, model_path, &model, threads, opts.runs))
+                .map(|_| measure(&python, model_path, &data_dir, &model, threads, opts.runs))
                 .collect::<Result<Vec<_>>>()?;
             // Times: the median over the measurements; ratios: the median of the
             // measurements' ratios, and their range when there are several.
@@ -169,15 +170,14 @@ pub fn run(root: &Path, opts: &Options) -> Result<()> {
 fn measure(
     python: &Path,
     model_path: &Path,
+    data_dir: &Path,
     model: &hmct_ir::Model,
     threads: usize,
     runs: usize,
 ) -> Result<Medians> {
-    let dir = model_path.parent().context("model path has no folder")?;
-    let data_dir = dir.join("calibration_data");
     let session = Session::new(plan_model(model)?, threads)?;
     let specs = session.plan().input_specs();
-    let sample = Dataset::open(&data_dir, &specs)?.sample(0)?;
+    let sample = Dataset::open(data_dir, &specs)?.sample(0)?;
     let inputs: Vec<(&str, Tensor)> = sample
         .iter()
         .map(|(n, t)| (n.as_str(), t.clone()))
@@ -189,7 +189,7 @@ fn measure(
     let mut child = Command::new(python)
         .args(["-c", ORT_SERVER])
         .arg(model_path)
-        .arg(&data_dir)
+        .arg(data_dir)
         .arg(threads.to_string())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

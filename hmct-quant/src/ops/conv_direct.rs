@@ -118,7 +118,7 @@ pub(crate) fn fits(g: &Win3, cg: usize) -> bool {
 fn wide_fills_better(oh: usize, ow: usize, iw: usize, nr: usize) -> bool {
     let by_rows = oh * ow.next_multiple_of(nr / 2);
     let wide = ((oh - 1) * iw + ow).next_multiple_of(nr / 2);
-    // Tiles computed, with a margin for the trim copy.
+    // Vectors computed, with a margin for the trim.
     wide * 10 < by_rows * 9
 }
 
@@ -261,9 +261,15 @@ pub(crate) fn conv(
     // the input one channel block of them reads, times channel chunks when positions
     // alone give few tasks.
     let c_block = (K_BLOCK / k_vol).clamp(1, cg);
+    // AVX-512 stores wide lines through a `Trim`; AVX2 sums them in a buffer.
+    let trim = match lay.wide {
+        Some(iw) if isa == Isa::Avx512 => Some(Trim::new(lay.line_len, iw, g.out[2])),
+        _ => None,
+    };
+    let trim = trim.as_ref();
     let (line_group, col_chunk) = if lay.lines == 1 {
         let mut cols = (TASK_INPUT / (c_block * k_vol)).max(nr) / nr * nr;
-        if lay.wide.is_some() {
+        if lay.wide.is_some() && trim.is_none() {
             cols = cols.min((WIDE_SUMS / mg).max(nr) / nr * nr);
         }
         (1, cols.min(lay.line_len.next_multiple_of(nr)))
@@ -284,12 +290,6 @@ pub(crate) fn conv(
     let m_tasks = mg.div_ceil(m_chunk);
     let tasks = n * group * m_tasks * line_tasks;
     let channels_inner = k_vol > 1;
-
-    let trim = match lay.wide {
-        Some(iw) if isa == Isa::Avx512 => Some(Trim::new(lay.line_len, iw, g.out[2])),
-        _ => None,
-    };
-    let trim = trim.as_ref();
 
     let yp = SendPtr(y.as_mut_ptr());
     let lay = &lay;

@@ -4,7 +4,7 @@
 use hmct_tensor::Tensor;
 use hmct_tensor::ndarray::ArrayD;
 
-use super::broadcast::{binary, binary_in_place, ternary, unary};
+use super::broadcast::{along_axis1_only, binary, binary_in_place, ternary, unary};
 use super::num::{Num, with_num, with_num2, with_same2};
 use super::step::{ArithOp, ElementStep};
 use crate::ops::{Kernel, NodeSpec, OpError, input, run_not_reusing};
@@ -218,8 +218,8 @@ fn prelu_slope<'s>(
     })
 }
 
-fn prelu(x: &Tensor, slope: &Tensor, per_channel: bool) -> Result<Tensor, OpError> {
-    let slope = &*prelu_slope(x.shape(), slope, per_channel)?;
+/// PRelu with `slope` as [`prelu_slope`] gives it.
+fn prelu(x: &Tensor, slope: &Tensor) -> Result<Tensor, OpError> {
     // The macro expands this for unsigned types too, where `v < 0` is always false:
     // right for them, and not a mistake.
     #[allow(clippy::absurd_extreme_comparisons)]
@@ -313,18 +313,21 @@ struct PReluKernel {
 impl Kernel for PReluKernel {
     fn run(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
         let (x, s) = (input(inputs, 0)?, input(inputs, 1)?);
-        if self.legacy_axis.is_none() {
-            let slope = prelu_slope(x.shape(), s, self.per_channel)?;
-            if let (Tensor::F32(x), Tensor::F32(k)) = (x, &*slope)
-                && let Some(y) = prelu_planes(x, k)
-            {
-                return Ok(vec![Tensor::F32(y)]);
+        let aligned;
+        let s = match self.legacy_axis {
+            Some(axis) => {
+                aligned = legacy_align(x, s, axis)?;
+                &aligned
             }
+            None => s,
+        };
+        let slope = prelu_slope(x.shape(), s, self.per_channel)?;
+        if let (Tensor::F32(xa), Tensor::F32(k)) = (x, &*slope)
+            && let Some(y) = prelu_planes(xa, k)
+        {
+            return Ok(vec![Tensor::F32(y)]);
         }
-        Ok(vec![match self.legacy_axis {
-            Some(axis) => prelu(x, &legacy_align(x, s, axis)?, self.per_channel)?,
-            None => prelu(x, s, self.per_channel)?,
-        }])
+        Ok(vec![prelu(x, &slope)?])
     }
 }
 
@@ -332,19 +335,12 @@ impl Kernel for PReluKernel {
 /// for any other slope or a non-contiguous `x`.
 fn prelu_planes(x: &ArrayD<f32>, slope: &ArrayD<f32>) -> Option<ArrayD<f32>> {
     let shape = x.shape();
-    let lead = shape.len().checked_sub(slope.ndim())?;
-    let per_channel = slope.len() > 1
-        && shape.len() >= 2
-        && slope.len() == shape[1]
-        && slope
-            .shape()
-            .iter()
-            .enumerate()
-            .all(|(d, &n)| n == 1 || lead + d == 1);
+    if !along_axis1_only(slope.shape(), shape) {
+        return None;
+    }
     let plane = match slope.len() {
         1 => x.len().max(1),
-        _ if per_channel => shape[2..].iter().product::<usize>().max(1),
-        _ => return None,
+        _ => shape[2..].iter().product::<usize>().max(1),
     };
     let (src, k) = (x.as_slice()?, slope.as_slice()?);
     // Written into a new buffer, not in place: in place, the compiler turns the
@@ -570,8 +566,8 @@ mod tests {
                 per_channel: legacy,
             };
             let fast = kernel.run(&[Some(x), Some(&slope)]).unwrap();
-            let generic = prelu(x, &slope, legacy).unwrap();
             let fits = prelu_slope(x.shape(), &slope, legacy).unwrap();
+            let generic = prelu(x, &fits).unwrap();
             let (Tensor::F32(xa), Tensor::F32(ka)) = (x, &*fits) else {
                 unreachable!()
             };

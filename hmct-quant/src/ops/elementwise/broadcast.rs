@@ -21,6 +21,18 @@ pub(crate) const PAR_MIN: usize = 1 << 15;
 pub(crate) const CHUNK: usize = 1 << 13;
 
 /// The elements of `a` in row-major order, borrowed when `a` is already standard.
+/// Whether an operand of shape `operand` broadcasts to `shape` without changing it,
+/// varying along axis 1 at most: one value, or one per channel.
+pub(crate) fn along_axis1_only(operand: &[usize], shape: &[usize]) -> bool {
+    let Some(lead) = shape.len().checked_sub(operand.len()) else {
+        return false;
+    };
+    operand
+        .iter()
+        .enumerate()
+        .all(|(d, &n)| n == 1 || (lead + d == 1 && n == shape[1]))
+}
+
 pub(crate) fn contiguous<T: Clone>(a: &ArrayD<T>) -> Cow<'_, [T]> {
     match a.as_slice() {
         Some(s) => Cow::Borrowed(s),
