@@ -30,6 +30,47 @@ pub(crate) fn flat(flag: &str, value: &str) -> Result<Vec<String>> {
     }
 }
 
+/// A list of sample numbers: `7`, `6,7` or `[6,7]`.
+pub(crate) fn sample_list(flag: &str, value: &str) -> Result<Vec<usize>> {
+    // `6,7` is the natural spelling on a command line; the list parser wants brackets.
+    let bracketed = if value.trim_start().starts_with('[') {
+        value.to_string()
+    } else {
+        format!("[{value}]")
+    };
+    let names = flat(flag, &bracketed)?;
+    names
+        .iter()
+        .map(|n| {
+            n.trim()
+                .parse::<usize>()
+                .map_err(|_| usage(format!("{flag}: '{n}' is not a sample number (0, 1, ...)")))
+        })
+        .collect()
+}
+
+/// `--shard I/N`: a part file needs `--json`, and the whole `.log` table comes from
+/// `merge`, not from a part.
+pub(crate) fn shard_arg(
+    value: Option<&str>,
+    json: bool,
+    save_dir: bool,
+) -> Result<Option<hmct_debug::shard::Shard>> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let shard = value.parse().map_err(usage)?;
+    if !json {
+        return Err(usage("--shard writes a part file: give it with --json FILE"));
+    }
+    if save_dir {
+        return Err(usage(
+            "--shard: -s/--save_dir writes the whole table; pass it to `merge` instead",
+        ));
+    }
+    Ok(Some(shard))
+}
+
 /// `quantize_node` / `non_quantize_node`: flat (one curve per name) or nested.
 pub(crate) fn node_list(flag: &str, value: &str) -> Result<NodeList> {
     Ok(match list(flag, value)? {

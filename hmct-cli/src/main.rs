@@ -15,6 +15,7 @@ mod distribution;
 mod export_qdq;
 mod info;
 mod make_data;
+mod merge;
 mod mixed_precision;
 mod modify;
 mod outliers;
@@ -73,6 +74,8 @@ enum Command {
     ExportQdq(export_qdq::Args),
     /// One self-contained HTML page over a runall result folder.
     Report(report::Args),
+    /// Put the parts of `--shard I/N` runs back together into the whole result.
+    Merge(merge::Args),
 }
 
 /// A mistake in the command line found after parsing (an unknown name, a bad
@@ -110,6 +113,7 @@ fn main() -> ExitCode {
         Command::MixedPrecision(args) => mixed_precision::run(args, &mut out),
         Command::ExportQdq(args) => export_qdq::run(args, &mut out),
         Command::Report(args) => report::run(args, &mut out),
+        Command::Merge(args) => merge::run(args, &mut out),
     };
     let result = result.and_then(|()| out.flush().map_err(anyhow::Error::from));
     match result {

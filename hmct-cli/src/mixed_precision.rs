@@ -72,6 +72,11 @@ pub struct Args {
     /// Memory for cached activations in MB (default: half the available memory).
     #[arg(long = "cache-mb", visible_alias = "cache_mb", value_name = "MB")]
     pub cache_mb: Option<usize>,
+    /// Use this ranking (the --json of get-sensitivity-of-nodes on the same model,
+    /// data, metric and output nodes, e.g. merged from --shard parts) instead of
+    /// ranking here.
+    #[arg(long, value_name = "FILE")]
+    pub ranking: Option<PathBuf>,
 }
 
 fn parse(args: &Args) -> Result<MixedPrecisionOptions> {
@@ -107,6 +112,21 @@ fn parse(args: &Args) -> Result<MixedPrecisionOptions> {
         budget: args.budget,
         data_num: args.data_num,
         batch: args.batch,
+        ranking: match &args.ranking {
+            Some(path) => Some(read_ranking(path)?),
+            None => None,
+        },
+    })
+}
+
+fn read_ranking(path: &std::path::Path) -> Result<hmct_debug::sensitivity::Sensitivity> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| usage(format!("--ranking {}: cannot read: {e}", path.display())))?;
+    serde_json::from_str(&text).map_err(|e| {
+        usage(format!(
+            "--ranking {}: not a get-sensitivity-of-nodes result: {e}",
+            path.display()
+        ))
     })
 }
 

@@ -2,13 +2,15 @@
 //! MSE against the float model end-to-end (the calibrated model) and per layer (the
 //! node alone on float inputs), with the amplification between them (defined in
 //! `hmct_debug::precision_table`). Prints the table; `--json FILE` writes the result.
+//! `--shard I/N` computes one part of the rows into the part file given by `--json`;
+//! `merge` puts the parts together.
 
 use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use hmct_debug::engine::EngineError;
-use hmct_debug::precision_table::{PrecisionTableOptions, precision_table};
+use hmct_debug::precision_table::{PrecisionTable, PrecisionTableOptions, precision_table};
 
 use crate::UsageError;
 use crate::common;
@@ -31,6 +33,10 @@ pub struct Args {
     /// Also write the result as JSON here.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Compute part I of N of the rows (1-based), balanced by estimated cost, into
+    /// the part file given by --json; `merge` puts the parts together.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<String>,
     /// Worker threads (0 = all cores). Results do not depend on it.
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
@@ -43,6 +49,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     if args.data_num == 0 {
         return Err(UsageError("data_num must be at least 1".into()).into());
     }
+    let shard = common::shard_arg(args.shard.as_deref(), args.json.is_some(), false)?;
     let engine = common::open_engine(&args.model, &args.data, args.threads, args.cache_mb)?;
     let bar = common::progress_bar("probing {bar:30} {pos}/{len} runs ({elapsed}, eta {eta})");
     let progress = |_done: usize, total: usize| {
@@ -53,6 +60,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         &engine,
         &PrecisionTableOptions {
             data_num: Some(args.data_num),
+            shard,
         },
         &progress,
     );
@@ -66,6 +74,11 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         json.push(b'\n');
         hmct_ir::write_atomic(path, &json)?;
     }
+    print_table(&result, out)
+}
+
+/// The table and the line explaining it.
+pub fn print_table(result: &PrecisionTable, out: &mut dyn Write) -> Result<()> {
     out.write_all(result.table().render().as_bytes())
         .context("writing to stdout")?;
     writeln!(

@@ -1,8 +1,11 @@
 //! `hmct-debugger get-sensitivity-of-nodes MODEL DATA`: rank nodes by how much
 //! quantizing each alone degrades the outputs (DEBUGGER.md §3).
 //!
-//! Prints the table with `-v True`; `-s DIR` writes it to
-//! `DIR/sensitivity_of_<node_type>.log`, `--json FILE` writes the ordered result.
+//! Prints the table with `-v True` (warnings about degenerate samples under it);
+//! `-s DIR` writes it to `DIR/sensitivity_of_<node_type>.log`, `--json FILE` writes
+//! the ordered result. `--exclude-samples` ranks without some samples; `--shard I/N`
+//! runs one part of the candidates into a part file (`--json`), which `merge` puts
+//! back together.
 //! Argument mistakes (unknown names, metrics or node type, an `-o` node that is not
 //! quantized, a `data_num` beyond the data, a model without calibration nodes) exit
 //! with status 2 and one line before anything is written.
@@ -67,6 +70,14 @@ pub struct Args {
     /// Write the ordered result as JSON.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Rank without these samples (numbered from 0), e.g. "7" or "[6,7]"; they are
+    /// still run, and their per-sample figures kept.
+    #[arg(long = "exclude-samples", visible_alias = "exclude_samples", value_name = "LIST")]
+    pub exclude_samples: Option<String>,
+    /// Run part I of N of the candidates (1-based), balanced by estimated cost, into
+    /// the part file given by --json; `merge` puts the parts together.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<String>,
     /// Worker threads (0 = all cores). Results do not depend on it.
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
@@ -106,6 +117,11 @@ fn parse(args: &Args) -> Result<Parsed> {
     if args.data_num == Some(0) {
         return Err(usage("data_num must be at least 1"));
     }
+    let exclude_samples = match &args.exclude_samples {
+        Some(v) => common::sample_list("--exclude-samples", v)?,
+        None => Vec::new(),
+    };
+    let shard = common::shard_arg(args.shard.as_deref(), args.json.is_some(), args.save_dir.is_some())?;
     Ok(Parsed {
         options: SensitivityOptions {
             node_type,
@@ -113,6 +129,8 @@ fn parse(args: &Args) -> Result<Parsed> {
             output_nodes,
             data_num: args.data_num,
             interested_nodes,
+            exclude_samples,
+            shard,
         },
         verbose,
     })
@@ -131,7 +149,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     bar.finish_and_clear();
     let result = result.map_err(|e| if e.is_usage() { usage(e) } else { e.into() })?;
 
-    let table = result.table().render();
+    let table = result.render();
     if parsed.verbose {
         out.write_all(table.as_bytes())
             .context("writing to stdout")?;

@@ -390,6 +390,13 @@ impl Engine {
         Ok(self.data.sample(i)?)
     }
 
+    /// The files of sample `i`, one per model input, in input order.
+    pub fn sample_files(&self, i: usize) -> Vec<&Path> {
+        (0..self.input_names.len())
+            .map(|k| self.data.file(k, i))
+            .collect()
+    }
+
     /// The node called `name`.
     pub fn lookup(&self, name: &str) -> Option<NodeRef> {
         let id = *self.model.node_mappings().get(name)?;

@@ -53,6 +53,9 @@ pub enum Check {
     ZeroActivation,
     /// An activation calibration node whose input no graph input reaches.
     Unreached,
+    /// A sample on which a model output is all zero, non-finite, or too small for
+    /// f32 to resolve against the output's scale ([`degenerate_samples`]).
+    DegenerateSample,
 }
 
 /// One problem found.
@@ -241,6 +244,8 @@ struct Observed {
     inputs: Vec<(String, usize, usize)>,
     /// Per activation calibration node with a computed input.
     activations: Vec<(NodeId, Stats)>,
+    /// The model outputs, per sample.
+    outputs: Vec<OutputSamples>,
 }
 
 fn observe(
@@ -274,7 +279,8 @@ fn observe(
         base: Base::Float,
         overrides: Vec::new(),
     };
-    let reduce = |view: &ProbeView<'_>| -> Result<(Vec<usize>, Vec<Stats>), EngineError> {
+    let outputs = engine.model_output_slots();
+    let reduce = |view: &ProbeView<'_>| -> Result<(Vec<usize>, Vec<Stats>, Vec<Stats>), EngineError> {
         let mut bad_inputs = Vec::with_capacity(inputs.len());
         for (_, slot) in &inputs {
             bad_inputs.push(Stats::of(&*view.float_value(*slot)?, None).non_finite);
@@ -285,13 +291,28 @@ fn observe(
             let axis = resolve_axis(*axis, x.shape().len());
             stats.push(Stats::of(&x, axis));
         }
-        Ok((bad_inputs, stats))
+        let mut output_stats = Vec::with_capacity(outputs.len());
+        for slot in &outputs {
+            output_stats.push(Stats::of(&*view.float_value(*slot)?, None));
+        }
+        Ok((bad_inputs, stats, output_stats))
     };
     let results = engine.run_probes(&[probe], &[], samples, reduce, progress)?;
 
     let mut input_bad = vec![(0usize, 0usize); inputs.len()];
     let mut merged: Vec<Stats> = vec![Stats::default(); activations.len()];
-    for (bad, stats) in results.values.into_iter().flatten() {
+    let mut per_output: Vec<OutputSamples> = outputs
+        .iter()
+        .map(|&slot| OutputSamples {
+            output: engine.value_name(slot).to_string(),
+            ..OutputSamples::default()
+        })
+        .collect();
+    for (bad, stats, output_stats) in results.values.into_iter().flatten() {
+        for (acc, s) in per_output.iter_mut().zip(output_stats) {
+            acc.max_abs.push(s.overall());
+            acc.non_finite.push(s.non_finite);
+        }
         for (acc, n) in input_bad.iter_mut().zip(bad) {
             acc.0 += n;
             acc.1 += usize::from(n > 0);
@@ -312,6 +333,7 @@ fn observe(
             .zip(merged)
             .map(|((id, _), s)| (id, s))
             .collect(),
+        outputs: per_output,
     })
 }
 
@@ -339,6 +361,7 @@ fn data_findings(model: &Model, observed: &Observed) -> Vec<Finding> {
             check_activation(&cal, stats, &mut findings);
         }
     }
+    findings.extend(degenerate_findings(&observed.outputs));
     findings
 }
 
@@ -730,4 +753,140 @@ fn reached_values(model: &Model) -> HashSet<&str> {
         }
     }
     reached
+}
+
+/// A sample whose largest |value| on an output is within this many f32 rounding
+/// steps (ulps) of the output's own scale is degenerate: see [`degenerate_samples`].
+pub const DEGENERATE_STEPS: f64 = 16.0;
+
+/// The `kind` of the warnings of [`degenerate_samples`].
+pub const DEGENERATE_SAMPLE: &str = "degenerate-sample";
+
+/// A sample whose figures measure rounding rather than quantization.
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
+pub struct SampleWarning {
+    /// Always [`DEGENERATE_SAMPLE`].
+    pub kind: String,
+    pub sample: usize,
+    /// The compared output concerned (`None`: several, for a metric's warning).
+    pub output: Option<String>,
+    /// The largest finite |value| of that output (of the compared outputs) on this
+    /// sample, in the float model.
+    pub max_abs: f64,
+    pub why: String,
+    /// True when the ranking leaves this sample out (`exclude_samples`).
+    #[serde(default)]
+    pub excluded: bool,
+}
+
+/// What the float model computes on one output, per sample.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct OutputSamples {
+    pub output: String,
+    /// Largest finite |value|, per sample.
+    pub max_abs: Vec<f64>,
+    /// NaN/inf values, per sample.
+    pub non_finite: Vec<usize>,
+}
+
+/// The float model's `slots` on samples `0..samples`, from the engine's captures
+/// (a float probe without overrides re-runs nothing).
+pub fn output_samples(
+    engine: &Engine,
+    slots: &[Slot],
+    samples: usize,
+) -> Result<Vec<OutputSamples>, EngineError> {
+    let probe = Probe {
+        base: Base::Float,
+        overrides: Vec::new(),
+    };
+    let reduce = |view: &ProbeView<'_>| -> Result<Vec<Stats>, EngineError> {
+        slots
+            .iter()
+            .map(|&slot| Ok(Stats::of(&*view.float_value(slot)?, None)))
+            .collect()
+    };
+    let results = engine.run_probes(&[probe], &[], samples, reduce, &|_, _| {})?;
+    let mut outputs: Vec<OutputSamples> = slots
+        .iter()
+        .map(|&slot| OutputSamples {
+            output: engine.value_name(slot).to_string(),
+            ..OutputSamples::default()
+        })
+        .collect();
+    for per_slot in results.values.into_iter().flatten() {
+        for (acc, stats) in outputs.iter_mut().zip(per_slot) {
+            acc.max_abs.push(stats.overall());
+            acc.non_finite.push(stats.non_finite);
+        }
+    }
+    Ok(outputs)
+}
+
+/// Samples whose comparison on an output cannot measure quantization: the float
+/// model's output holds NaN/inf (every metric is NaN), is all zero (cosine is
+/// undefined, relative figures divide by zero), or its largest |value| is within
+/// [`DEGENERATE_STEPS`] f32 rounding steps of the output's scale (its largest |value|
+/// over the samples).
+///
+/// Why the last one: f32 resolves about 2^-24 of a value's magnitude, so a
+/// computation that works at the output's scale (adding 1 inside a Sigmoid, say)
+/// leaves rounding noise of that size on every element. On a sample whose values are
+/// only a few such steps tall, that noise is as large as the signal, and its cosine
+/// measures how a kernel rounds, not what quantization did: onnxruntime's Sigmoid
+/// resolves 2^-25 absolute near 0, so on the PP-OCRv4 detector's sample 7 (no text,
+/// every output at most 1.2e-7) its output takes 5 distinct values where ours takes
+/// about 400,000, and its cosine for a candidate is 0.39 where ours is 0.99.
+/// Ordered by sample, then output.
+pub fn degenerate_samples(outputs: &[OutputSamples], excluded: &[usize]) -> Vec<SampleWarning> {
+    let samples = outputs.iter().map(|o| o.max_abs.len()).max().unwrap_or(0);
+    let mut warnings = Vec::new();
+    for s in 0..samples {
+        for o in outputs {
+            let (Some(&m), Some(&bad)) = (o.max_abs.get(s), o.non_finite.get(s)) else {
+                continue;
+            };
+            let scale = o.max_abs.iter().fold(0.0f64, |a, b| a.max(*b));
+            let resolution = f64::from(f32::EPSILON) * scale;
+            let why = if bad > 0 {
+                format!("the float model's output holds {bad} NaN/inf value(s): every metric is nan")
+            } else if m == 0.0 {
+                "the float model's output is all zero: cosine is undefined and relative metrics divide by zero".to_string()
+            } else if m <= DEGENERATE_STEPS * resolution {
+                format!(
+                    "its largest |value| {m:.3e} is only {:.1} f32 rounding steps at the output's scale {scale:.3e} (largest over the samples): its figures measure rounding, not quantization",
+                    m / resolution
+                )
+            } else {
+                continue;
+            };
+            warnings.push(SampleWarning {
+                kind: DEGENERATE_SAMPLE.to_string(),
+                sample: s,
+                output: Some(o.output.clone()),
+                max_abs: m,
+                why,
+                excluded: excluded.contains(&s),
+            });
+        }
+    }
+    warnings
+}
+
+/// [`degenerate_samples`] as health findings.
+fn degenerate_findings(outputs: &[OutputSamples]) -> Vec<Finding> {
+    degenerate_samples(outputs, &[])
+        .into_iter()
+        .map(|w| {
+            let output = w.output.unwrap_or_default();
+            Finding::new(
+                Severity::Warning,
+                Check::DegenerateSample,
+                &output,
+                format!("sample {} of output '{output}': {}", w.sample, w.why),
+            )
+            .with("sample", w.sample as f64)
+            .with("max_abs", w.max_abs)
+        })
+        .collect()
 }

@@ -27,7 +27,9 @@ use hmct_quant::{Base, Override};
 use serde::Serialize;
 
 use crate::engine::{Engine, EngineError, NodeRef, Probe, Timings};
-use crate::sensitivity::{SensitivityError, SensitivityOptions, get_sensitivity_of_nodes};
+use crate::sensitivity::{
+    NodeType, Sensitivity, SensitivityError, SensitivityOptions, get_sensitivity_of_nodes,
+};
 use crate::sensitivity_analysis::{DequantQType, json};
 
 /// The precision promoted nodes get (`--qtype`): the same type as
@@ -54,6 +56,8 @@ pub enum MixedPrecisionError {
     },
     #[error("budget must be at least 1 node")]
     ZeroBudget,
+    #[error("the ranking given does not fit this search: {0}")]
+    RankingMismatch(String),
     #[error("cannot set '{node}' to {qtype}: {message}")]
     QType {
         node: String,
@@ -73,7 +77,9 @@ impl MixedPrecisionError {
         match self {
             MixedPrecisionError::Engine(e) => e.is_usage(),
             MixedPrecisionError::Ranking(e) => e.is_usage(),
-            MixedPrecisionError::BadTarget { .. } | MixedPrecisionError::ZeroBudget => true,
+            MixedPrecisionError::BadTarget { .. }
+            | MixedPrecisionError::ZeroBudget
+            | MixedPrecisionError::RankingMismatch(_) => true,
             MixedPrecisionError::QType { .. }
             | MixedPrecisionError::Edit(_)
             | MixedPrecisionError::Write { .. } => false,
@@ -97,6 +103,10 @@ pub struct MixedPrecisionOptions {
     pub data_num: Option<usize>,
     /// Steps per engine call (at least 1).
     pub batch: usize,
+    /// The ranking step's result, computed beforehand (e.g. merged from shards,
+    /// see [`crate::shard`]): node sensitivity of this model and data on `metric`,
+    /// `output_nodes` and the same samples. `None`: ranked here.
+    pub ranking: Option<Sensitivity>,
 }
 
 impl Default for MixedPrecisionOptions {
@@ -109,6 +119,7 @@ impl Default for MixedPrecisionOptions {
             budget: None,
             data_num: None,
             batch: DEFAULT_BATCH,
+            ranking: None,
         }
     }
 }
@@ -304,6 +315,44 @@ fn check_target(metric: Metric, target: f64) -> Result<(), MixedPrecisionError> 
     }
 }
 
+/// Refuses a given ranking that is not the one this search would compute (apart
+/// from excluded samples, a choice left to the user).
+fn check_ranking(
+    engine: &Engine,
+    options: &MixedPrecisionOptions,
+    samples: usize,
+    ranking: &Sensitivity,
+) -> Result<(), MixedPrecisionError> {
+    let bad = |why: String| Err(MixedPrecisionError::RankingMismatch(why));
+    let o = &ranking.options;
+    if let Some(part) = &ranking.shard {
+        return bad(format!("it is shard {} only; merge the parts first", part.shard));
+    }
+    if o.node_type != NodeType::Node || o.interested_nodes.is_some() {
+        return bad("it does not rank every quantized regular node (node type node, no interested nodes)".into());
+    }
+    if o.metrics.first() != Some(&options.metric) {
+        return bad(format!("it is ranked on {:?}, the search on {}", o.metrics, options.metric));
+    }
+    if o.output_nodes != options.output_nodes {
+        return bad(format!(
+            "it compares on {:?}, the search on {:?}",
+            o.output_nodes, options.output_nodes
+        ));
+    }
+    if o.data_num != samples {
+        return bad(format!("it uses {} sample(s), the search {samples}", o.data_num));
+    }
+    let here = crate::shard::Provenance::of(engine, samples)?;
+    if here.model_digest != ranking.model_digest {
+        return bad("it was computed on another model".into());
+    }
+    if here.data_digest != ranking.data_digest {
+        return bad("it was computed on other data".into());
+    }
+    Ok(())
+}
+
 /// One ranked candidate and the calibration nodes (plan indices) it promotes.
 struct Candidate {
     name: String,
@@ -322,16 +371,22 @@ pub fn mixed_precision(
         return Err(MixedPrecisionError::ZeroBudget);
     }
     let samples = engine.sample_count(options.data_num)?;
-    let ranking = get_sensitivity_of_nodes(
-        engine,
-        &SensitivityOptions {
-            metrics: vec![options.metric],
-            output_nodes: options.output_nodes.clone(),
-            data_num: Some(samples),
-            ..SensitivityOptions::default()
-        },
-        &|done, total| progress(Stage::Ranking, done, total),
-    )?;
+    let ranking = match &options.ranking {
+        Some(given) => {
+            check_ranking(engine, options, samples, given)?;
+            given.clone()
+        }
+        None => get_sensitivity_of_nodes(
+            engine,
+            &SensitivityOptions {
+                metrics: vec![options.metric],
+                output_nodes: options.output_nodes.clone(),
+                data_num: Some(samples),
+                ..SensitivityOptions::default()
+            },
+            &|done, total| progress(Stage::Ranking, done, total),
+        )?,
+    };
     // The ranking has checked the output nodes: each is a quantized regular node.
     let compared = if options.output_nodes.is_empty() {
         engine.model_output_slots()

@@ -25,11 +25,15 @@
 //! any real difference, counts as zero; MSE must be exactly 0) the amplification is
 //! `+inf` if the end-to-end error is not zero (pure pass-on) and undefined (`None`,
 //! `-` in the table) if both are zero. A NaN figure makes it undefined as well.
+//!
+//! `shard` computes the rows of one part of the nodes ([`crate::shard`]; every part
+//! runs the calibrated model for its end-to-end figures); [`merge_precision_table`]
+//! puts the parts back together.
 
 use hmct_metrics::{Metric, Table, python_repr};
 use hmct_quant::{Capture, Config, Override, Slot, Values};
 use hmct_tensor::Tensor;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
@@ -38,6 +42,10 @@ use rayon::prelude::*;
 
 use crate::engine::{Engine, EngineError, Timings, compare};
 use crate::sensitivity_analysis::json;
+use crate::shard::{
+    MergeError, PartHeader, PartInfo, Provenance, Shard, check_coverage, check_parts, cone_cost,
+    node_costs, partition,
+};
 
 /// Cosine errors `1 − cosine` at or below this count as zero for the amplification.
 pub const COSINE_ERROR_FLOOR: f64 = 1e-12;
@@ -48,26 +56,41 @@ pub struct PrecisionTableOptions {
     /// Use the first `data_num` samples (all when `None`). The default is one, as
     /// for the accumulated-error curves, which this table refines.
     pub data_num: Option<usize>,
+    /// Only this part of the nodes (see [`crate::shard`]).
+    pub shard: Option<Shard>,
 }
 
 impl Default for PrecisionTableOptions {
     fn default() -> Self {
-        PrecisionTableOptions { data_num: Some(1) }
+        PrecisionTableOptions {
+            data_num: Some(1),
+            shard: None,
+        }
     }
 }
 
+/// The options a table was computed with (`data_num` as resolved); parts merge
+/// only when these are equal.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PrecisionOptionsRecord {
+    pub data_num: usize,
+}
+
 /// Cosine and MSE of one mode.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Errors {
-    #[serde(serialize_with = "json::number")]
+    #[serde(serialize_with = "json::number", deserialize_with = "json::de_number")]
     pub cosine: f64,
-    #[serde(serialize_with = "json::number")]
+    #[serde(serialize_with = "json::number", deserialize_with = "json::de_number")]
     pub mse: f64,
 }
 
 /// One row: a quantized regular node.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PrecisionRow {
+    /// Position among the quantized nodes (graph order): what a merge of shards
+    /// puts back in order.
+    pub index: usize,
     pub node: String,
     pub op_type: String,
     /// The outputs compared (non-empty ones), in output order.
@@ -77,18 +100,25 @@ pub struct PrecisionRow {
     pub end_to_end: Errors,
     pub per_layer: Errors,
     /// `(1 − cos_e2e) / (1 − cos_layer)`, see the module docs.
-    #[serde(serialize_with = "json::opt_number")]
+    #[serde(serialize_with = "json::opt_number", deserialize_with = "json::de_opt_number")]
     pub amplification_cosine: Option<f64>,
     /// `mse_e2e / mse_layer`, see the module docs.
-    #[serde(serialize_with = "json::opt_number")]
+    #[serde(serialize_with = "json::opt_number", deserialize_with = "json::de_opt_number")]
     pub amplification_mse: Option<f64>,
 }
 
 /// The result.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PrecisionTable {
     /// Number of samples used (the first ones).
     pub data_num: usize,
+    /// `sha256:` of the model file and of the samples used.
+    pub model_digest: String,
+    pub data_digest: String,
+    pub options: PrecisionOptionsRecord,
+    /// Set in a shard's part, absent in a whole table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<PartInfo>,
     pub rows: Vec<PrecisionRow>,
     #[serde(skip)]
     pub timings: Timings,
@@ -190,6 +220,23 @@ pub fn precision_table(
         })
         .filter(|n| !n.cals.is_empty() && !n.slots.is_empty())
         .collect();
+    let all_nodes = nodes.len();
+    let (indices, nodes): (Vec<usize>, Vec<Node>) = match options.shard {
+        None => nodes.into_iter().enumerate().unzip(),
+        Some(shard) => {
+            let costs = node_costs(engine)?;
+            let cones: Vec<u64> = nodes
+                .iter()
+                .map(|n| cone_cost(engine, &costs, &n.cals, &n.slots))
+                .collect();
+            let shard_of = partition(&cones, shard.count);
+            nodes
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| shard_of[*i] + 1 == shard.index)
+                .unzip()
+        }
+    };
 
     let all_slots: Vec<Slot> = nodes.iter().flat_map(|n| n.slots.iter().copied()).collect();
     let metrics = [Metric::CosineSimilarity, Metric::Mse];
@@ -283,6 +330,7 @@ pub fn precision_table(
             };
             offset += count;
             PrecisionRow {
+                index: indices[i],
                 node: model.node_name(n.id).to_string(),
                 op_type: model.node(n.id).op_type().to_string(),
                 outputs: n
@@ -306,11 +354,60 @@ pub fn precision_table(
             }
         })
         .collect();
+    let provenance = Provenance::of(engine, samples)?;
     Ok(PrecisionTable {
         data_num: samples,
+        model_digest: provenance.model_digest,
+        data_digest: provenance.data_digest,
+        options: PrecisionOptionsRecord { data_num: samples },
+        shard: options.shard.map(|shard| PartInfo {
+            shard,
+            candidates: all_nodes,
+        }),
         rows,
         timings,
     })
+}
+
+/// The whole table from the parts of a sharded run (`(label, part)`, labels are
+/// file names for messages): rows back in graph order. Refuses parts of different
+/// models, data or options, and a missing or duplicated shard.
+pub fn merge_precision_table(
+    parts: Vec<(String, PrecisionTable)>,
+) -> Result<PrecisionTable, MergeError> {
+    let options: Vec<serde_json::Value> = parts
+        .iter()
+        .map(|(_, p)| serde_json::to_value(&p.options).unwrap_or_default())
+        .collect();
+    let headers: Vec<PartHeader<'_>> = parts
+        .iter()
+        .zip(options)
+        .map(|((label, p), options)| PartHeader {
+            label,
+            command: "precision-table",
+            model_digest: &p.model_digest,
+            data_digest: &p.data_digest,
+            options,
+            part: p.shard.as_ref(),
+        })
+        .collect();
+    check_parts(&headers)?;
+    let labels: Vec<&str> = parts.iter().map(|(l, _)| l.as_str()).collect();
+    let indices: Vec<Vec<usize>> = parts
+        .iter()
+        .map(|(_, p)| p.rows.iter().map(|r| r.index).collect())
+        .collect();
+    let candidates = parts[0].1.shard.as_ref().map_or(0, |s| s.candidates);
+    check_coverage(&labels, &indices, candidates)?;
+    let mut parts = parts.into_iter();
+    let (_, mut whole) = parts.next().expect("check_parts refuses no parts");
+    for (_, p) in parts {
+        whole.rows.extend(p.rows);
+        whole.timings.add(&p.timings);
+    }
+    whole.rows.sort_by_key(|r| r.index);
+    whole.shard = None;
+    Ok(whole)
 }
 
 /// Full runs of sample `s`: the float model keeping every value (the base of the

@@ -103,7 +103,18 @@ struct Ranking {
     metrics: Vec<String>,
     data_num: usize,
     compared: Vec<String>,
+    warnings: Vec<SampleWarning>,
     entries: Vec<Entry>,
+}
+
+/// A degenerate sample of a ranking (`crate::health::SampleWarning`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct SampleWarning {
+    sample: usize,
+    output: Option<String>,
+    why: String,
+    excluded: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -473,6 +484,17 @@ impl<'a> Page<'a> {
                 r.data_num,
                 escape(&r.compared.join(", "))
             );
+            for w in &r.warnings {
+                let output = w
+                    .output
+                    .as_ref()
+                    .map_or(String::new(), |o| format!(" of '{o}'"));
+                let excluded = if w.excluded { " (left out of the ranking)" } else { "" };
+                self.note(&format!(
+                    "Degenerate sample {}{output}: {}{excluded}.",
+                    w.sample, w.why
+                ));
+            }
             let regular = r.node_type == "node";
             // Weight entries carry no threshold or bit: no empty columns for them.
             let limits = !regular && r.entries.iter().any(|e| e.threshold.is_some());

@@ -316,6 +316,7 @@ pub fn runall(
                 output_nodes: options.output_nodes.clone(),
                 data_num: options.data_num,
                 interested_nodes: options.interested_nodes.clone(),
+                ..SensitivityOptions::default()
             },
             &|done, total| progress(&name, done, total),
         )

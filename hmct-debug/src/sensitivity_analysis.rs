@@ -98,7 +98,7 @@ fn did_you_mean(suggestions: &[String]) -> String {
 /// spells them (`"inf"`, `"-inf"`, `"nan"`), as the sensitivity JSON does, since JSON
 /// has no such numbers; `None` as `null`.
 pub(crate) mod json {
-    use serde::Serializer;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
     pub fn number<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
         let v = *v;
@@ -118,6 +118,46 @@ pub(crate) mod json {
             Some(v) => number(v, s),
             None => s.serialize_none(),
         }
+    }
+
+    /// A number as [`number`] writes it, read back.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub struct Number(pub f64);
+
+    impl Serialize for Number {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            number(&self.0, s)
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Number {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            #[derive(Deserialize)]
+            #[serde(untagged)]
+            enum Repr {
+                Number(f64),
+                Text(String),
+            }
+            match Repr::deserialize(d)? {
+                Repr::Number(v) => Ok(Number(v)),
+                Repr::Text(t) => match t.as_str() {
+                    "nan" => Ok(Number(f64::NAN)),
+                    "inf" => Ok(Number(f64::INFINITY)),
+                    "-inf" => Ok(Number(f64::NEG_INFINITY)),
+                    _ => Err(serde::de::Error::custom(format!(
+                        "'{t}' is not a number (nor nan, inf, -inf)"
+                    ))),
+                },
+            }
+        }
+    }
+
+    pub fn de_number<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        Number::deserialize(d).map(|n| n.0)
+    }
+
+    pub fn de_opt_number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+        Ok(Option::<Number>::deserialize(d)?.map(|n| n.0))
     }
 }
 

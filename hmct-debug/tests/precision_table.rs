@@ -25,6 +25,7 @@ fn rows_match_full_runs() {
         &engine,
         &PrecisionTableOptions {
             data_num: Some(samples),
+            shard: None,
         },
         &|_, _| {},
     )
@@ -156,6 +157,7 @@ fn rows_match_full_runs() {
         &engine,
         &PrecisionTableOptions {
             data_num: Some(100),
+            shard: None,
         },
         &|_, _| {},
     )
