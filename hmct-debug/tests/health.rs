@@ -207,7 +207,16 @@ fn weight_thresholds_are_compared_with_the_weights_per_channel() {
 #[test]
 fn an_all_zero_weight_channel_is_reported() {
     let report = run(conv_model([0.5, -0.25, 0.0, 0.0], 1.0), false);
-    let f = only(&report.findings);
+    // The pruned channel also makes the Relu's output all zero on sample 0.
+    let (degenerate, rest): (Vec<Finding>, Vec<Finding>) = report
+        .findings
+        .iter()
+        .cloned()
+        .partition(|f| f.check == Check::DegenerateSample);
+    let d = only(&degenerate);
+    assert_eq!((d.node.as_str(), number(d, "sample"), number(d, "max_abs")), ("z", 0.0, 0.0));
+    assert!(d.message.contains("all zero"), "{}", d.message);
+    let f = only(&rest);
     assert_eq!((f.check, f.severity), (Check::ZeroChannel, Severity::Info));
     assert_eq!(f.node, "w_HzCalibration");
     assert_eq!(number(f, "first_channel"), 1.0);
@@ -252,7 +261,15 @@ fn zero_negative_and_denormal_thresholds_are_reported() {
 #[test]
 fn nan_in_the_data_is_reported_with_where_it_shows() {
     let report = run(conv_model(WEIGHT, 1.0), true);
-    assert_eq!(report.findings.len(), 2, "{:#?}", report.findings);
+    assert_eq!(report.findings.len(), 3, "{:#?}", report.findings);
+    // The NaN reaches the output on that sample.
+    let output = report
+        .findings
+        .iter()
+        .find(|f| f.check == Check::DegenerateSample)
+        .unwrap();
+    assert_eq!((output.node.as_str(), number(output, "sample")), ("z", 1.0));
+    assert!(output.message.contains("NaN/inf"), "{}", output.message);
     let input = report
         .findings
         .iter()
