@@ -13,7 +13,7 @@ use hmct_cli::listarg::parse_bool;
 use hmct_debug::precision_table::{PrecisionTable, merge_precision_table};
 use hmct_debug::sensitivity::{Sensitivity, merge_sensitivity};
 
-use crate::common::usage;
+use crate::common::{OutputFolder, usage};
 
 /// Arguments of `merge`.
 #[derive(Debug, clap::Args)]
@@ -94,36 +94,46 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         Some(v) => parse_bool(v).map_err(|e| usage(format!("--verbose: {e}")))?,
         None => false,
     };
-    let (json, table, log_name) = match read_parts(&args.parts)? {
+    match read_parts(&args.parts)? {
         Parts::Sensitivity(parts) => {
             let whole = merge_sensitivity(parts).map_err(usage)?;
             let log = format!("sensitivity_of_{}.log", whole.node_type);
-            (serde_json::to_vec_pretty(&whole)?, whole.render(), log)
+            finish(args, verbose, out, &whole, whole.render(), &log)
         }
         Parts::PrecisionTable(parts) => {
             let whole = merge_precision_table(parts).map_err(usage)?;
             let mut table = Vec::new();
             crate::precision_table::print_table(&whole, &mut table)?;
-            (
-                serde_json::to_vec_pretty(&whole)?,
-                String::from_utf8(table).expect("tables are text"),
-                "precision_table.log".to_string(),
-            )
+            let table = String::from_utf8(table).expect("tables are text");
+            finish(args, verbose, out, &whole, table, "precision_table.log")
         }
-    };
+    }
+}
+
+/// Prints and writes the merged result: the `.log` table and the JSON, both or
+/// neither.
+fn finish<T: serde::Serialize>(
+    args: &Args,
+    verbose: bool,
+    out: &mut dyn Write,
+    whole: &T,
+    table: String,
+    log_name: &str,
+) -> Result<()> {
+    if let Some(dir) = &args.save_dir {
+        let folder = OutputFolder::prepare(dir)?;
+        folder.write_figures_and_json(args.json.as_deref(), whole, || {
+            let log = dir.join(log_name);
+            hmct_ir::write_atomic(&log, table.as_bytes()).map(|()| vec![log])
+        })?;
+    } else if let Some(path) = &args.json {
+        let mut json = serde_json::to_vec_pretty(whole)?;
+        json.push(b'\n');
+        hmct_ir::write_atomic(path, &json)?;
+    }
     if verbose {
         out.write_all(table.as_bytes())
             .context("writing to stdout")?;
-    }
-    if let Some(dir) = &args.save_dir {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("{}: cannot create folder", dir.display()))?;
-        hmct_ir::write_atomic(&dir.join(log_name), table.as_bytes())?;
-    }
-    if let Some(path) = &args.json {
-        let mut json = json;
-        json.push(b'\n');
-        hmct_ir::write_atomic(path, &json)?;
     }
     if !verbose && args.save_dir.is_none() && args.json.is_none() {
         eprintln!(

@@ -6,8 +6,9 @@
 //! quantize, all-zero channels of per-channel weights, and activation calibration
 //! nodes that no graph input reaches. [`check_data`] runs the float model on the
 //! calibration data and looks at what it computes: non-finite inputs or activations,
-//! and activation thresholds far below (heavy clipping) or far above (wasted range)
-//! the largest |x| the data produces. [`check_all`] does both.
+//! activation thresholds far below (heavy clipping) or far above (wasted range)
+//! the largest |x| the data produces, and samples on which a model output is
+//! degenerate ([`degenerate_samples`]). [`check_all`] does both.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -301,18 +302,9 @@ fn observe(
 
     let mut input_bad = vec![(0usize, 0usize); inputs.len()];
     let mut merged: Vec<Stats> = vec![Stats::default(); activations.len()];
-    let mut per_output: Vec<OutputSamples> = outputs
-        .iter()
-        .map(|&slot| OutputSamples {
-            output: engine.value_name(slot).to_string(),
-            ..OutputSamples::default()
-        })
-        .collect();
+    let mut per_sample_outputs = Vec::with_capacity(samples);
     for (bad, stats, output_stats) in results.values.into_iter().flatten() {
-        for (acc, s) in per_output.iter_mut().zip(output_stats) {
-            acc.max_abs.push(s.overall());
-            acc.non_finite.push(s.non_finite);
-        }
+        per_sample_outputs.push(output_stats);
         for (acc, n) in input_bad.iter_mut().zip(bad) {
             acc.0 += n;
             acc.1 += usize::from(n > 0);
@@ -333,7 +325,7 @@ fn observe(
             .zip(merged)
             .map(|((id, _), s)| (id, s))
             .collect(),
-        outputs: per_output,
+        outputs: outputs_by_sample(engine, &outputs, per_sample_outputs),
     })
 }
 
@@ -807,6 +799,19 @@ pub fn output_samples(
             .collect()
     };
     let results = engine.run_probes(&[probe], &[], samples, reduce, &|_, _| {})?;
+    Ok(outputs_by_sample(
+        engine,
+        slots,
+        results.values.into_iter().flatten(),
+    ))
+}
+
+/// Per-sample stats of `slots` (`[sample][slot]`) turned into one list per slot.
+fn outputs_by_sample(
+    engine: &Engine,
+    slots: &[Slot],
+    per_sample: impl IntoIterator<Item = Vec<Stats>>,
+) -> Vec<OutputSamples> {
     let mut outputs: Vec<OutputSamples> = slots
         .iter()
         .map(|&slot| OutputSamples {
@@ -814,13 +819,13 @@ pub fn output_samples(
             ..OutputSamples::default()
         })
         .collect();
-    for per_slot in results.values.into_iter().flatten() {
+    for per_slot in per_sample {
         for (acc, stats) in outputs.iter_mut().zip(per_slot) {
             acc.max_abs.push(stats.overall());
             acc.non_finite.push(stats.non_finite);
         }
     }
-    Ok(outputs)
+    outputs
 }
 
 /// Samples whose comparison on an output cannot measure quantization: the float

@@ -43,8 +43,7 @@ use rayon::prelude::*;
 use crate::engine::{Engine, EngineError, Timings, compare};
 use crate::sensitivity_analysis::json;
 use crate::shard::{
-    MergeError, PartHeader, PartInfo, Provenance, Shard, check_coverage, check_parts, cone_cost,
-    node_costs, partition,
+    MergeError, Part, PartInfo, Provenance, Shard, check_sweep, cone_cost, node_costs, partition,
 };
 
 /// Cosine errors `1 − cosine` at or below this count as zero for the amplification.
@@ -369,36 +368,33 @@ pub fn precision_table(
     })
 }
 
+impl Part for PrecisionTable {
+    const COMMAND: &'static str = "precision-table";
+
+    fn digests(&self) -> (&str, &str) {
+        (&self.model_digest, &self.data_digest)
+    }
+
+    fn options_json(&self) -> serde_json::Value {
+        serde_json::to_value(&self.options).unwrap_or_default()
+    }
+
+    fn part(&self) -> Option<&PartInfo> {
+        self.shard.as_ref()
+    }
+
+    fn indices(&self) -> Vec<usize> {
+        self.rows.iter().map(|r| r.index).collect()
+    }
+}
+
 /// The whole table from the parts of a sharded run (`(label, part)`, labels are
 /// file names for messages): rows back in graph order. Refuses parts of different
 /// models, data or options, and a missing or duplicated shard.
 pub fn merge_precision_table(
     parts: Vec<(String, PrecisionTable)>,
 ) -> Result<PrecisionTable, MergeError> {
-    let options: Vec<serde_json::Value> = parts
-        .iter()
-        .map(|(_, p)| serde_json::to_value(&p.options).unwrap_or_default())
-        .collect();
-    let headers: Vec<PartHeader<'_>> = parts
-        .iter()
-        .zip(options)
-        .map(|((label, p), options)| PartHeader {
-            label,
-            command: "precision-table",
-            model_digest: &p.model_digest,
-            data_digest: &p.data_digest,
-            options,
-            part: p.shard.as_ref(),
-        })
-        .collect();
-    check_parts(&headers)?;
-    let labels: Vec<&str> = parts.iter().map(|(l, _)| l.as_str()).collect();
-    let indices: Vec<Vec<usize>> = parts
-        .iter()
-        .map(|(_, p)| p.rows.iter().map(|r| r.index).collect())
-        .collect();
-    let candidates = parts[0].1.shard.as_ref().map_or(0, |s| s.candidates);
-    check_coverage(&labels, &indices, candidates)?;
+    check_sweep(&parts)?;
     let mut parts = parts.into_iter();
     let (_, mut whole) = parts.next().expect("check_parts refuses no parts");
     for (_, p) in parts {

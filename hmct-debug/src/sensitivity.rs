@@ -43,8 +43,8 @@ use crate::health::{
 };
 use crate::sensitivity_analysis::json::Number;
 use crate::shard::{
-    MergeError, PartHeader, PartInfo, Provenance, Shard, check_coverage, check_parts, cone_cost,
-    node_costs, partition_groups,
+    MergeError, Part, PartInfo, Provenance, Shard, check_sweep, cone_cost, node_costs,
+    partition_groups,
 };
 
 /// Which candidates to rank (`-n/--node_type`).
@@ -422,10 +422,8 @@ impl Sensitivity {
                 .map_or(String::new(), |o| format!(" of '{o}'"));
             let excluded = if w.excluded { " [excluded]" } else { "" };
             text.push_str(&format!(
-                "warning: sample {}{output} (max |value| {}): {}{excluded}\n",
-                w.sample,
-                python_repr(w.max_abs),
-                w.why
+                "warning: sample {}{output}: {}{excluded}\n",
+                w.sample, w.why
             ));
         }
         if !self.excluded_samples.is_empty() {
@@ -666,35 +664,32 @@ fn sample_warnings(
     warnings
 }
 
+impl Part for Sensitivity {
+    const COMMAND: &'static str = "get-sensitivity-of-nodes";
+
+    fn digests(&self) -> (&str, &str) {
+        (&self.model_digest, &self.data_digest)
+    }
+
+    fn options_json(&self) -> serde_json::Value {
+        serde_json::to_value(&self.options).unwrap_or_default()
+    }
+
+    fn part(&self) -> Option<&PartInfo> {
+        self.shard.as_ref()
+    }
+
+    fn indices(&self) -> Vec<usize> {
+        self.entries.iter().map(|e| e.index).collect()
+    }
+}
+
 /// The whole result from the parts of a sharded run (`(label, part)`, labels are
 /// file names for messages): entries back in candidate order, then ranked as the
 /// unsharded run ranks them, warnings judged on every entry. Refuses parts of
 /// different models, data or options, and a missing or duplicated shard.
 pub fn merge_sensitivity(parts: Vec<(String, Sensitivity)>) -> Result<Sensitivity, MergeError> {
-    let options: Vec<serde_json::Value> = parts
-        .iter()
-        .map(|(_, p)| serde_json::to_value(&p.options).unwrap_or_default())
-        .collect();
-    let headers: Vec<PartHeader<'_>> = parts
-        .iter()
-        .zip(options)
-        .map(|((label, p), options)| PartHeader {
-            label,
-            command: "get-sensitivity-of-nodes",
-            model_digest: &p.model_digest,
-            data_digest: &p.data_digest,
-            options,
-            part: p.shard.as_ref(),
-        })
-        .collect();
-    check_parts(&headers)?;
-    let labels: Vec<&str> = parts.iter().map(|(l, _)| l.as_str()).collect();
-    let indices: Vec<Vec<usize>> = parts
-        .iter()
-        .map(|(_, p)| p.entries.iter().map(|e| e.index).collect())
-        .collect();
-    let candidates = parts[0].1.shard.as_ref().map_or(0, |s| s.candidates);
-    check_coverage(&labels, &indices, candidates)?;
+    check_sweep(&parts)?;
     for (label, p) in &parts {
         let consistent = !p.metrics.is_empty()
             && p.entries

@@ -237,6 +237,43 @@ impl Provenance {
     }
 }
 
+/// A result that can be a shard's part: what [`check_sweep`] reads of it.
+pub trait Part {
+    /// The command that writes it.
+    const COMMAND: &'static str;
+    /// `(model digest, data digest)`.
+    fn digests(&self) -> (&str, &str);
+    /// The options that change the result, compared as JSON.
+    fn options_json(&self) -> serde_json::Value;
+    fn part(&self) -> Option<&PartInfo>;
+    /// The candidate indices of its entries.
+    fn indices(&self) -> Vec<usize>;
+}
+
+/// Checks that `parts` (label, part) are the shards `1..=N` of one sweep, each once
+/// ([`check_parts`]), and that their entries cover every candidate exactly once.
+pub fn check_sweep<T: Part>(parts: &[(String, T)]) -> Result<(), MergeError> {
+    let headers: Vec<PartHeader<'_>> = parts
+        .iter()
+        .map(|(label, p)| {
+            let (model_digest, data_digest) = p.digests();
+            PartHeader {
+                label,
+                command: T::COMMAND,
+                model_digest,
+                data_digest,
+                options: p.options_json(),
+                part: p.part(),
+            }
+        })
+        .collect();
+    check_parts(&headers)?;
+    let labels: Vec<&str> = parts.iter().map(|(l, _)| l.as_str()).collect();
+    let indices: Vec<Vec<usize>> = parts.iter().map(|(_, p)| p.indices()).collect();
+    let candidates = parts[0].1.part().map_or(0, |s| s.candidates);
+    check_coverage(&labels, &indices, candidates)
+}
+
 /// A part as [`check_parts`] sees it: a label for messages (its file name), what it
 /// was computed from, its options (compared as JSON) and its shard.
 pub struct PartHeader<'a> {

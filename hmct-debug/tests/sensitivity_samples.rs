@@ -379,3 +379,26 @@ fn mixed_precision_takes_a_merged_ranking() {
     let err = search(Some(mse)).unwrap_err();
     assert!(err.to_string().contains("ranked on"), "{err}");
 }
+
+/// Equal values keep candidate order across parts, as they do unsharded (the
+/// figures are made equal by hand: real ties across shards are rare).
+#[test]
+fn ties_across_parts_keep_candidate_order() {
+    let dir = tempfile::tempdir().unwrap();
+    write_data(dir.path(), 2, &[]);
+    let model = sigmoid_model(4);
+    let options = all_metrics(NodeType::Activation);
+    let mut parts = shards(&model, dir.path(), &options, 3);
+    for (_, p) in &mut parts {
+        for e in &mut p.entries {
+            e.values.0[0].1 = 0.5;
+        }
+    }
+    let whole = merge_sensitivity(parts.clone()).unwrap();
+    let order: Vec<usize> = whole.entries.iter().map(|e| e.index).collect();
+    assert_eq!(order, (0..order.len()).collect::<Vec<_>>());
+    // Whatever order the parts come in.
+    parts.reverse();
+    let again = merge_sensitivity(parts).unwrap();
+    assert_eq!(to_json(&again), to_json(&whole));
+}
