@@ -14,6 +14,7 @@
 //! turned into a calibrated model as it is loaded ([`import_qdq`]), so every analysis
 //! works on it unchanged; [`Model::imported_from_qdq`] tells.
 
+mod attr;
 mod calibration;
 mod constant;
 mod edit;

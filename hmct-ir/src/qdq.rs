@@ -10,13 +10,13 @@
 //! DequantizeLinear (axis, 16 and 4 bits at any opset) are used for all nodes.
 
 use hmct_proto::onnx::{
-    AttributeProto, NodeProto, OperatorSetIdProto, TensorProto, attribute_proto::AttributeType,
-    tensor_proto::DataType,
+    AttributeProto, NodeProto, OperatorSetIdProto, TensorProto, tensor_proto::DataType,
 };
 use hmct_tensor::DType;
 
 use hmct_tensor::Tensor;
 
+use crate::attr::{int as int_attr, ints as ints_attr};
 use crate::{CALIBRATION_DOMAIN, Model, NodeId, QType};
 
 /// Domain of the QuantizeLinear / DequantizeLinear nodes written.
@@ -566,24 +566,6 @@ fn node(
         input: inputs,
         output: vec![output.into()],
         attribute,
-        ..Default::default()
-    }
-}
-
-fn ints_attr(name: &str, values: Vec<i64>) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        r#type: Some(AttributeType::Ints as i32),
-        ints: values,
-        ..Default::default()
-    }
-}
-
-fn int_attr(name: &str, value: i64) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        r#type: Some(AttributeType::Int as i32),
-        i: Some(value),
         ..Default::default()
     }
 }
