@@ -16,10 +16,13 @@ pub const CALIBRATION_OP: &str = "HzCalibration";
 /// Operator domain of calibration nodes (declared as opset version 1).
 pub const CALIBRATION_DOMAIN: &str = "horizon";
 
-/// True for an HzCalibration node. The domain is not checked: files that leave it
-/// empty still mean the same node.
+/// True for an HzCalibration node: the one definition every crate uses. The domain
+/// is `horizon` (HZCALIBRATION.md §1) or left empty (files whose writer dropped it,
+/// `ai.onnx` being the same default domain): no standard op is called HzCalibration,
+/// so those mean the same node. Another domain's HzCalibration is a different op.
 pub fn is_calibration_node(node: &NodeProto) -> bool {
     node.op_type() == CALIBRATION_OP
+        && matches!(node.domain(), CALIBRATION_DOMAIN | "" | "ai.onnx")
 }
 
 impl Model {
@@ -30,7 +33,11 @@ impl Model {
 
     /// Ids of all calibration nodes, in graph order.
     pub fn calibration_nodes(&self) -> Vec<NodeId> {
-        self.nodes_of_type(CALIBRATION_OP).to_vec()
+        self.nodes_of_type(CALIBRATION_OP)
+            .iter()
+            .copied()
+            .filter(|&id| self.is_calibration(id))
+            .collect()
     }
 
     /// A read view of calibration node `id` (None if `id` is not one).

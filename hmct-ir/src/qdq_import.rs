@@ -115,7 +115,7 @@ fn is_integer_op(op: &str) -> bool {
 /// True when loading should import: QuantizeLinear/DequantizeLinear nodes and no
 /// calibration node (a model with both is run as it is).
 pub(crate) fn wants_import(model: &Model) -> bool {
-    model.nodes_of_type(CALIBRATION_OP).is_empty()
+    model.calibration_nodes().is_empty()
         && !(model.nodes_of_type(QUANTIZE).is_empty() && model.nodes_of_type(DEQUANTIZE).is_empty())
 }
 
