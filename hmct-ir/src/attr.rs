@@ -1,5 +1,5 @@
 //! Reading and writing node attributes: the one set of helpers the calibration views,
-//! the QDQ import and export share.
+//! the QDQ import and export and the opset raise share.
 
 use hmct_proto::onnx::{AttributeProto, NodeProto, attribute_proto::AttributeType};
 
@@ -50,6 +50,12 @@ pub(crate) fn set(node: &mut NodeProto, mut new: AttributeProto) {
         }
         None => node.attribute.push(new),
     }
+}
+
+/// Removes the attribute `name` and returns it.
+pub(crate) fn take(node: &mut NodeProto, name: &str) -> Option<AttributeProto> {
+    let i = node.attribute.iter().position(|a| a.name() == name)?;
+    Some(node.attribute.remove(i))
 }
 
 fn base(name: &str, ty: AttributeType) -> AttributeProto {
