@@ -291,5 +291,9 @@ fn print_summary(
         r.weight_nodes,
         per_kind.join("; ")
     )?;
-    writeln!(out, "method {method}, {samples}, {seconds:.1} s")
+    writeln!(out, "method {method}, {samples}, {seconds:.1} s")?;
+    if !r.constant_inputs.is_empty() {
+        writeln!(out, "{}", r.constant_inputs_sentence())?;
+    }
+    Ok(())
 }

@@ -34,6 +34,8 @@ pub struct Summary {
     pub quantized_nodes: usize,
     /// Set when the file was a QDQ model the loader turned into a calibrated one.
     pub imported_from_qdq: Option<String>,
+    /// What `calibrate` did, when it wrote the model (its metadata entry).
+    pub calibrated_by: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -145,6 +147,11 @@ pub fn summarize(model: &Model, file: &str) -> Summary {
         calibration_nodes,
         quantized_nodes: hmct_ir::quantized_nodes(model).len(),
         imported_from_qdq: model.imported_from_qdq().map(ToString::to_string),
+        calibrated_by: p
+            .metadata_props
+            .iter()
+            .find(|e| e.key() == hmct_debug::calibrate::METADATA_KEY)
+            .map(|e| e.value().to_string()),
     }
 }
 
@@ -211,6 +218,9 @@ fn print(s: &Summary, out: &mut dyn Write) -> std::io::Result<()> {
 
     if let Some(import) = &s.imported_from_qdq {
         writeln!(out, "\nimported from a QDQ model: {import}")?;
+    }
+    if let Some(by) = &s.calibrated_by {
+        writeln!(out, "\ncalibrated by hmct-debugger calibrate: {by}")?;
     }
     let weights = s
         .calibration_nodes

@@ -2,7 +2,8 @@
 //! model equal our interpreter's outputs of the calibrated model (tools/run_ort.py,
 //! which also runs onnx's checker). Cases: the bundled int8 model (standard ops at
 //! opset 17), and the same model after `modify` to int16, float16 and OFF nodes
-//! (com.microsoft ops, Cast pairs, removed nodes). Runs only when `HMCT_PYTHON` names
+//! (the opset raised to 21 for int16, Cast pairs, removed nodes), and models at
+//! opsets 9 to 17 whose opset the export raises. Runs only when `HMCT_PYTHON` names
 //! a Python with tools/requirements.txt installed; the command's output is checked
 //! always.
 
@@ -25,6 +26,33 @@ fn debugger(args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs our interpreter on `calibrated` and onnxruntime on its export `qdq` over
+/// `data` (tools/run_ort.py, which also runs onnx's checker) and fails unless the
+/// outputs agree; returns the script's report.
+fn onnxruntime_matches(python: &Path, calibrated: &Path, qdq: &Path, data: &Path) -> String {
+    let ours = qdq.with_extension("ours");
+    debugger(&[
+        "run",
+        calibrated.to_str().unwrap(),
+        data.to_str().unwrap(),
+        "-o",
+        ours.to_str().unwrap(),
+    ]);
+    let out = Command::new(python)
+        .arg(repo().join("tools/run_ort.py"))
+        .args([qdq, data, &ours])
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}: {report}{}",
+        calibrated.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    report
 }
 
 #[test]
@@ -58,7 +86,7 @@ fn exported_models_match_our_interpreter_in_onnxruntime() {
         ),
         (
             mixed.clone(),
-            "com.microsoft QuantizeLinear/DequantizeLinear",
+            "standard QuantizeLinear/DequantizeLinear; opset raised from 17 to 21",
             "13 calibration node(s) as QuantizeLinear/DequantizeLinear, 1 as a float16 Cast pair, 3 removed",
         ),
     ];
@@ -78,26 +106,7 @@ fn exported_models_match_our_interpreter_in_onnxruntime() {
         ]);
         assert!(stdout.contains(ops) && stdout.contains(counts), "{stdout}");
         let Some(python) = &python else { continue };
-        let ours = dir.path().join(format!("ours{i}"));
-        debugger(&[
-            "run",
-            model.to_str().unwrap(),
-            data.to_str().unwrap(),
-            "-o",
-            ours.to_str().unwrap(),
-        ]);
-        let out = Command::new(python)
-            .arg(repo().join("tools/run_ort.py"))
-            .args([&qdq, &data, &ours])
-            .output()
-            .unwrap();
-        let report = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{}: {report}{}",
-            model.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let report = onnxruntime_matches(python, model, &qdq, &data);
         assert!(
             report.contains("logits:") && report.contains("prob:"),
             "{report}"
@@ -258,24 +267,68 @@ fn grouped_conv_transpose_weights_export_and_match_onnxruntime() {
         eprintln!("onnxruntime comparison skipped: set HMCT_PYTHON");
         return;
     };
-    let ours = dir.path().join("ours");
-    debugger(&[
-        "run",
-        calibrated.to_str().unwrap(),
-        data.to_str().unwrap(),
-        "-o",
-        ours.to_str().unwrap(),
-    ]);
-    let out = Command::new(python)
-        .arg(repo().join("tools/run_ort.py"))
-        .args([&qdq, &data, &ours])
+    let report = onnxruntime_matches(Path::new(&python), &calibrated, &qdq, &data);
+    assert!(report.contains("y:"), "{report}");
+}
+
+/// Float models at opsets 9 (NHWC, ResNet-style), 11, 12, 13 and 17 using the ops
+/// whose signature changed between opsets (tools/make_opset_models.py), calibrated
+/// by us: per-channel weights need the standard QuantizeLinear of opset 13, int16
+/// activations that of 21, so the export raises the opset and converts those nodes,
+/// and onnxruntime runs the result to our interpreter's outputs. Needs `HMCT_PYTHON`
+/// (the models are written by onnx).
+#[test]
+fn exports_of_every_opset_run_in_onnxruntime() {
+    let Some(python) = std::env::var_os("HMCT_PYTHON").map(PathBuf::from) else {
+        eprintln!("skipped: set HMCT_PYTHON to a python with tools/requirements.txt");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(&python)
+        .arg(repo().join("tools/make_opset_models.py"))
+        .arg(dir.path())
         .output()
         .unwrap();
-    let report = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "{report}{}",
+        "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(report.contains("y:"), "{report}");
+    // (model, activation qtype, expected ops line)
+    let cases = [
+        ("opset9_nhwc", "int8", "opset raised from 9 to 13"),
+        ("opset11", "int8", "opset raised from 11 to 13"),
+        ("opset12", "int8", "opset raised from 12 to 13"),
+        ("opset13", "int8", "opset 13 suffices"),
+        ("opset13", "int16", "opset raised from 13 to 21"),
+        ("opset17", "int8", "opset 17 suffices"),
+        ("opset17", "int16", "opset raised from 17 to 21"),
+    ];
+    for (name, qtype, ops) in cases {
+        let folder = dir.path().join(name);
+        let data = folder.join("data");
+        let calibrated = folder.join(format!("calibrated_{qtype}.onnx"));
+        let qdq = folder.join(format!("qdq_{qtype}.onnx"));
+        debugger(&[
+            "calibrate",
+            folder.join("model.onnx").to_str().unwrap(),
+            data.to_str().unwrap(),
+            "-o",
+            calibrated.to_str().unwrap(),
+            "--qtype",
+            qtype,
+        ]);
+        let stdout = debugger(&[
+            "export-qdq",
+            calibrated.to_str().unwrap(),
+            "-o",
+            qdq.to_str().unwrap(),
+        ]);
+        assert!(
+            stdout.contains("standard QuantizeLinear/DequantizeLinear") && stdout.contains(ops),
+            "{name} {qtype}: {stdout}"
+        );
+        let report = onnxruntime_matches(&python, &calibrated, &qdq, &data);
+        eprintln!("{name} {qtype}:\n{stdout}{report}");
+    }
 }

@@ -5,7 +5,11 @@
 //!   operators ([`DEFAULT_OP_TYPES`], or `op_types`): one node per tensor, however
 //!   many quantized nodes read it (graph inputs included); readers that are not
 //!   quantized keep reading the float tensor. Thresholds come from the data by
-//!   [`Method`].
+//!   [`Method`]. Tensors that do not depend on the data ([`data_independent`]: the
+//!   output of `ConstantOfShape`, a `Shape → Gather → ...` chain, anything computed
+//!   from constants and shapes alone) are not activations: a toolchain folds them to
+//!   constants before calibrating, so they are left unquantized (the model is not
+//!   changed) and listed in [`CalibrationReport::constant_inputs`].
 //! - **Weight nodes** go on the constant weights of Conv, ConvTranspose, Gemm and
 //!   MatMul (initializers, `Constant` outputs, or anything the planner folds to a
 //!   constant), one threshold per output channel: Conv axis 0, ConvTranspose axis 1,
@@ -33,6 +37,7 @@ use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
 
+use hmct_proto::onnx::StringStringEntryProto;
 use hmct_ir::{CalibrationInsert, CalibrationSpec, IrError, Model, NodeId, QType, TensorType};
 use hmct_quant::{Capture, Config, PlanError, RunError, Session, Slot, plan_model};
 use hmct_tensor::{Dataset, InputSpec, Tensor, TensorError};
@@ -233,6 +238,9 @@ pub struct CalibrationReport {
     pub weight_nodes: usize,
     /// Every inserted node, in graph order.
     pub nodes: Vec<InsertedNode>,
+    /// Inputs of quantized ops that depend on no data (constant-foldable: computed
+    /// from constants and shapes alone), left unquantized, in graph order.
+    pub constant_inputs: Vec<String>,
     /// Tensors left float and settings without effect, one sentence each.
     pub notes: Vec<String>,
 }
@@ -304,6 +312,7 @@ struct Prepared<'m> {
     options: &'m CalibrateOptions,
     session: Session,
     candidates: Vec<Candidate>,
+    constant_inputs: Vec<String>,
     notes: Vec<String>,
 }
 
@@ -338,13 +347,15 @@ fn prepare<'m>(
     })?;
     let session = Session::new(plan, options.threads)?;
     let op_types: HashSet<&str> = options.op_types.iter().map(String::as_str).collect();
-    let mut candidates = collect_candidates(model, &session, &op_types, &skip, options)?;
+    let (mut candidates, constant_inputs) =
+        collect_candidates(model, &session, &op_types, &skip, options)?;
     let notes = apply_node_qtypes(model, &mut candidates, options, &unknown_node)?;
     Ok(Prepared {
         model,
         options,
         session,
         candidates,
+        constant_inputs,
         notes,
     })
 }
@@ -403,14 +414,57 @@ fn int_attr(model: &Model, id: NodeId, name: &str) -> Option<i64> {
         .and_then(|a| a.i)
 }
 
+/// The values of `model` that do not depend on the data, only on constants and on
+/// tensor shapes: initializers, `Constant` outputs, the outputs of `Shape` and `Size`
+/// (shapes), of `ConstantOfShape` and `EyeLike` (fixed values whatever their shape),
+/// and of any other node all of whose inputs are such values. With static input
+/// shapes they are constants a toolchain folds; with dynamic ones they still carry
+/// no activation. Random generators and control flow count as data.
+pub fn data_independent(model: &Model) -> HashSet<String> {
+    let graph = model.graph_proto();
+    let mut out: HashSet<String> = graph
+        .initializer
+        .iter()
+        .map(|t| t.name().to_string())
+        .collect();
+    // Graph inputs shadow initializers of the same name (they may be fed).
+    for input in &graph.input {
+        out.remove(input.name());
+    }
+    for node in model.nodes() {
+        let standard = matches!(node.domain(), "" | "ai.onnx");
+        let independent = standard
+            && match node.op_type() {
+                "Shape" | "Size" | "ConstantOfShape" | "EyeLike" | "Constant" => true,
+                "If" | "Loop" | "Scan" | "RandomNormal" | "RandomUniform"
+                | "RandomNormalLike" | "RandomUniformLike" | "Multinomial" | "Bernoulli" => false,
+                _ => {
+                    node.input.iter().any(|i| !i.is_empty())
+                        && node
+                            .input
+                            .iter()
+                            .all(|i| i.is_empty() || out.contains(i.as_str()))
+                }
+            };
+        if independent {
+            out.extend(node.output.iter().filter(|o| !o.is_empty()).cloned());
+        }
+    }
+    out
+}
+
+/// The calibration nodes to insert, and the inputs of quantized ops left float
+/// because they depend on no data.
 fn collect_candidates(
     model: &Model,
     session: &Session,
     op_types: &HashSet<&str>,
     skip: &HashSet<&str>,
     options: &CalibrateOptions,
-) -> Result<Vec<Candidate>, CalibrateError> {
+) -> Result<(Vec<Candidate>, Vec<String>), CalibrateError> {
     let plan = session.plan();
+    let independent = data_independent(model);
+    let mut constant_inputs: Vec<String> = Vec::new();
     let mut candidates: Vec<Candidate> = Vec::new();
     // Activations are keyed by tensor; weights by tensor and layout, since a weight
     // read with two layouts needs two nodes.
@@ -429,6 +483,12 @@ fn collect_candidates(
                 continue;
             };
             let weight = match plan.constant(slot) {
+                None if independent.contains(value.as_str()) => {
+                    if !constant_inputs.contains(value) {
+                        constant_inputs.push(value.clone());
+                    }
+                    continue;
+                }
                 None => None,
                 Some(c) => {
                     let group = int_attr(model, id, "group").unwrap_or(1);
@@ -474,7 +534,7 @@ fn collect_candidates(
     for c in &mut candidates {
         c.name = free_name(model, &mut taken, &format!("{}_HzCalibration", c.tensor));
     }
-    Ok(candidates)
+    Ok((candidates, constant_inputs))
 }
 
 /// `base`, or `base_1`, `base_2`, ...: the first name that no node has and whose
@@ -617,6 +677,7 @@ impl Prepared<'_> {
             options,
             session,
             mut candidates,
+            constant_inputs,
             mut notes,
         } = self;
         let file = model.file().to_string();
@@ -810,19 +871,64 @@ impl Prepared<'_> {
         }
         let activation_nodes = nodes.iter().filter(|n| n.kind == "activation").count();
         let weight_nodes = nodes.len() - activation_nodes;
-        let calibrated = model.clone().insert_calibrations(inserts)?;
-        Ok(Calibrated {
-            model: calibrated,
-            report: CalibrationReport {
-                method: options.method,
-                percentile: (options.method == Method::Percentile).then_some(options.percentile),
-                samples: used,
-                samples_available: available,
-                activation_nodes,
-                weight_nodes,
-                nodes,
-                notes,
-            },
-        })
+        let report = CalibrationReport {
+            method: options.method,
+            percentile: (options.method == Method::Percentile).then_some(options.percentile),
+            samples: used,
+            samples_available: available,
+            activation_nodes,
+            weight_nodes,
+            nodes,
+            constant_inputs,
+            notes,
+        };
+        let mut proto = model.clone().insert_calibrations(inserts)?.into_proto();
+        proto.metadata_props.retain(|p| p.key() != METADATA_KEY);
+        proto.metadata_props.push(StringStringEntryProto {
+            key: Some(METADATA_KEY.into()),
+            value: Some(report.one_line()),
+        });
+        let model = Model::from_proto(proto, model.base_dir().map(Into::into))?;
+        Ok(Calibrated { model, report })
+    }
+}
+
+/// The `metadata_props` key under which a calibrated model records what `calibrate`
+/// did ([`CalibrationReport::one_line`]); `summary` shows it.
+pub const METADATA_KEY: &str = "hmct.calibrate";
+
+impl CalibrationReport {
+    /// What was done, in one line: method, samples, nodes, and the inputs left
+    /// unquantized because they depend on no data.
+    pub fn one_line(&self) -> String {
+        let method = match self.percentile {
+            Some(p) => format!("{} {p}", self.method),
+            None => self.method.to_string(),
+        };
+        let mut line = format!(
+            "method {method} on {} sample(s); {} activation and {} weight calibration node(s)",
+            self.samples, self.activation_nodes, self.weight_nodes
+        );
+        if !self.constant_inputs.is_empty() {
+            line.push_str(&format!("; {}", self.constant_inputs_sentence()));
+        }
+        line
+    }
+
+    /// The inputs left unquantized because they depend on no data, as a sentence
+    /// naming the first few (empty when there are none).
+    pub fn constant_inputs_sentence(&self) -> String {
+        const SHOWN: usize = 5;
+        let n = self.constant_inputs.len();
+        if n == 0 {
+            return String::new();
+        }
+        let mut names = self.constant_inputs[..n.min(SHOWN)].join(", ");
+        if n > SHOWN {
+            names.push_str(&format!(", ... ({} more)", n - SHOWN));
+        }
+        format!(
+            "{n} constant-foldable input(s) left unquantized (computed from constants and shapes only, as a toolchain folds them): {names}"
+        )
     }
 }

@@ -1,7 +1,13 @@
 //! HzCalibration nodes: reading their parameters, editing them, creating them.
 //! The attribute contract is ../shared/spec/HZCALIBRATION.md §1-2.
 
-use hmct_proto::onnx::{AttributeProto, NodeProto, attribute_proto::AttributeType};
+use hmct_proto::onnx::NodeProto;
+
+use crate::attr::{
+    floats as floats_attr, get as attr, get_floats as attr_floats, get_int as attr_int,
+    get_ints as attr_ints, get_strings as attr_strings, int as int_attr, ints as ints_attr,
+    set as set_attr, string as string_attr,
+};
 
 use crate::{IrError, Model, NodeId, QType, TensorType};
 
@@ -10,10 +16,13 @@ pub const CALIBRATION_OP: &str = "HzCalibration";
 /// Operator domain of calibration nodes (declared as opset version 1).
 pub const CALIBRATION_DOMAIN: &str = "horizon";
 
-/// True for an HzCalibration node. The domain is not checked: files that leave it
-/// empty still mean the same node.
+/// True for an HzCalibration node: the one definition every crate uses. The domain
+/// is `horizon` (HZCALIBRATION.md §1) or left empty (files whose writer dropped it,
+/// `ai.onnx` being the same default domain): no standard op is called HzCalibration,
+/// so those mean the same node. Another domain's HzCalibration is a different op.
 pub fn is_calibration_node(node: &NodeProto) -> bool {
     node.op_type() == CALIBRATION_OP
+        && matches!(node.domain(), CALIBRATION_DOMAIN | "" | "ai.onnx")
 }
 
 impl Model {
@@ -24,7 +33,11 @@ impl Model {
 
     /// Ids of all calibration nodes, in graph order.
     pub fn calibration_nodes(&self) -> Vec<NodeId> {
-        self.nodes_of_type(CALIBRATION_OP).to_vec()
+        self.nodes_of_type(CALIBRATION_OP)
+            .iter()
+            .copied()
+            .filter(|&id| self.is_calibration(id))
+            .collect()
     }
 
     /// A read view of calibration node `id` (None if `id` is not one).
@@ -503,42 +516,6 @@ fn check_thresholds(
 
 // ---- reading attributes, with the spec's defaults ----
 
-fn attr<'n>(node: &'n NodeProto, name: &str) -> Option<&'n AttributeProto> {
-    node.attribute.iter().find(|a| a.name() == name)
-}
-
-fn attr_int(node: &NodeProto, name: &str) -> Option<i64> {
-    attr(node, name).and_then(|a| a.i)
-}
-
-/// Float list, accepting a single `f` as a one-element list. None when absent.
-fn attr_floats(node: &NodeProto, name: &str) -> Option<Vec<f32>> {
-    let a = attr(node, name)?;
-    Some(match (a.floats.is_empty(), a.f) {
-        (true, Some(f)) => vec![f],
-        _ => a.floats.clone(),
-    })
-}
-
-fn attr_ints(node: &NodeProto, name: &str) -> Option<Vec<i64>> {
-    let a = attr(node, name)?;
-    Some(match (a.ints.is_empty(), a.i) {
-        (true, Some(i)) => vec![i],
-        _ => a.ints.clone(),
-    })
-}
-
-/// A string attribute's value(s): `s` and `strings` alike.
-fn attr_strings(node: &NodeProto, name: &str) -> Vec<String> {
-    let Some(a) = attr(node, name) else {
-        return Vec::new();
-    };
-    a.s.iter()
-        .chain(&a.strings)
-        .map(|b| String::from_utf8_lossy(b).into_owned())
-        .collect()
-}
-
 fn qtype_of(node: &NodeProto) -> QType {
     if let Some(s) = attr(node, "qtype").and_then(|a| a.s.as_ref()) {
         return QType::from_name(&String::from_utf8_lossy(s));
@@ -609,54 +586,4 @@ fn scales_of(node: &NodeProto) -> Vec<f32> {
     derive_scales(&qtype_of(node), &thresholds, is_asymmetric(node))
         .or(stored)
         .unwrap_or_default()
-}
-
-// ---- writing attributes ----
-
-/// Replaces the attribute of the same name in place (keeping its position and doc
-/// string), or appends it.
-fn set_attr(node: &mut NodeProto, mut new: AttributeProto) {
-    match node.attribute.iter_mut().find(|a| a.name == new.name) {
-        Some(old) => {
-            new.doc_string = old.doc_string.take();
-            *old = new;
-        }
-        None => node.attribute.push(new),
-    }
-}
-
-fn base_attr(name: &str, ty: AttributeType) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.to_string()),
-        r#type: Some(ty as i32),
-        ..Default::default()
-    }
-}
-
-fn string_attr(name: &str, value: &str) -> AttributeProto {
-    AttributeProto {
-        s: Some(value.as_bytes().to_vec()),
-        ..base_attr(name, AttributeType::String)
-    }
-}
-
-fn floats_attr(name: &str, values: Vec<f32>) -> AttributeProto {
-    AttributeProto {
-        floats: values,
-        ..base_attr(name, AttributeType::Floats)
-    }
-}
-
-fn ints_attr(name: &str, values: Vec<i64>) -> AttributeProto {
-    AttributeProto {
-        ints: values,
-        ..base_attr(name, AttributeType::Ints)
-    }
-}
-
-fn int_attr(name: &str, value: i64) -> AttributeProto {
-    AttributeProto {
-        i: Some(value),
-        ..base_attr(name, AttributeType::Int)
-    }
 }

@@ -14,12 +14,14 @@
 //! turned into a calibrated model as it is loaded ([`import_qdq`]), so every analysis
 //! works on it unchanged; [`Model::imported_from_qdq`] tells.
 
+mod attr;
 mod calibration;
 mod constant;
 mod edit;
 mod error;
 mod external;
 mod model;
+mod opset;
 mod qdq;
 mod qdq_import;
 mod qtype;
@@ -39,6 +41,7 @@ pub use model::{
     Dim, Model, NodeId, ValueType, load_model, load_model_from_bytes, model_to_bytes, save_model,
     save_model_with_external_data, write_atomic,
 };
+pub use opset::{OLDEST_RAISABLE_OPSET, OpsetError, RaisedOpset, raise_opset};
 pub use qdq::{QdqDomain, QdqError, QdqExport, QdqOptions, export_qdq};
 pub use qdq_import::{QdqImport, QdqImportError, import_qdq};
 pub use qtype::{QType, TensorType};

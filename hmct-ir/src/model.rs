@@ -14,7 +14,6 @@ use hmct_proto::onnx::{
 use hmct_tensor::{DType, Tensor};
 
 use crate::IrError;
-use crate::calibration::CALIBRATION_OP;
 
 /// Index of a node in `model.proto().graph.node`. Stable under attribute edits.
 pub type NodeId = usize;
@@ -417,7 +416,7 @@ impl Model {
     }
 
     fn needs_horizon_opset(&self) -> bool {
-        !self.nodes_of_type(CALIBRATION_OP).is_empty()
+        !self.calibration_nodes().is_empty()
             && self.opset(crate::calibration::CALIBRATION_DOMAIN).is_none()
     }
 

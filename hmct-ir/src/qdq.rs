@@ -3,21 +3,28 @@
 //! a Cast pair, and OFF / float32 nodes disappear, so any ONNX runtime computes what
 //! our interpreter computes on the calibrated model.
 //!
-//! Which QuantizeLinear: the standard (default-domain) op takes `axis` from opset 13
-//! and 16-bit and 4-bit types from opset 21. The model's default-domain opset is never
-//! raised, because that would silently change the meaning of other ops; when it is
-//! too old for some node, onnxruntime's `com.microsoft` QuantizeLinear /
-//! DequantizeLinear (axis, 16 and 4 bits at any opset) are used for all nodes.
+//! Which QuantizeLinear: the standard (default-domain) op exists from opset 10, takes
+//! `axis` (per-channel weights) from 13 and 16-bit and 4-bit types from 21. By
+//! default the export writes the standard ops, which every runtime and deployment
+//! toolchain reads, and when the model's default-domain opset is older than they
+//! need it raises the opset to the lowest version that has them, converting every
+//! node whose operator changed on the way ([`crate::raise_opset`]: attributes that
+//! became inputs, changed defaults, deprecated ops) so the model still computes the
+//! same; a node that cannot be converted stops the export with its name. Nothing
+//! else is written at a version the model does not declare. onnxruntime's
+//! `com.microsoft` QuantizeLinear / DequantizeLinear (axis, 16 and 4 bits at any
+//! opset) are used only when asked for: they keep the opset but run on onnxruntime
+//! alone.
 
 use hmct_proto::onnx::{
-    AttributeProto, NodeProto, OperatorSetIdProto, TensorProto, attribute_proto::AttributeType,
-    tensor_proto::DataType,
+    AttributeProto, NodeProto, OperatorSetIdProto, TensorProto, tensor_proto::DataType,
 };
 use hmct_tensor::DType;
 
 use hmct_tensor::Tensor;
 
-use crate::{CALIBRATION_DOMAIN, Model, NodeId, QType};
+use crate::attr::{int as int_attr, ints as ints_attr};
+use crate::{CALIBRATION_DOMAIN, Model, NodeId, OpsetError, QType, RaisedOpset, raise_opset};
 
 /// Domain of the QuantizeLinear / DequantizeLinear nodes written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,8 +47,7 @@ impl QdqDomain {
 /// How to export.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QdqOptions {
-    /// `None`: standard when the model's opset allows every node, else com.microsoft.
-    /// `Some(Standard)` fails when the opset is too old.
+    /// `None` or `Some(Standard)`: the standard ops, raising the opset when needed.
     pub domain: Option<QdqDomain>,
 }
 
@@ -50,10 +56,12 @@ pub struct QdqOptions {
 pub struct QdqExport {
     pub model: Model,
     pub domain: QdqDomain,
-    /// The model's default-domain opset (unchanged by the export).
+    /// The model's default-domain opset.
     pub opset: i64,
     /// The lowest default-domain opset at which the standard ops would do.
     pub standard_needs: i64,
+    /// Set when the export raised the default-domain opset (to `standard_needs`).
+    pub raised: Option<RaisedOpset>,
     /// Calibration nodes written as QuantizeLinear/DequantizeLinear.
     pub quantized: usize,
     /// float16 calibration nodes written as a Cast pair.
@@ -67,9 +75,13 @@ pub enum QdqError {
     #[error("calibration node '{node}': {message}")]
     Unsupported { node: String, message: String },
     #[error(
-        "the standard QuantizeLinear needs default-domain opset {needed} for this model (it declares {opset}); use the com.microsoft ops instead"
+        "the standard QuantizeLinear/DequantizeLinear need default-domain opset {needed} for this model, which declares {opset}, and raising it failed"
     )]
-    OpsetTooOld { opset: i64, needed: i64 },
+    Opset {
+        opset: i64,
+        needed: i64,
+        source: OpsetError,
+    },
     #[error(transparent)]
     Ir(#[from] crate::IrError),
 }
@@ -163,17 +175,7 @@ pub fn export_qdq(model: &Model, options: &QdqOptions) -> Result<QdqExport, QdqE
     }
     // `opset("")` also finds an import spelled "ai.onnx".
     let opset = model.opset("").unwrap_or(1);
-    let domain = match options.domain {
-        Some(QdqDomain::Standard) if opset < standard_needs => {
-            return Err(QdqError::OpsetTooOld {
-                opset,
-                needed: standard_needs,
-            });
-        }
-        Some(d) => d,
-        None if opset >= standard_needs => QdqDomain::Standard,
-        None => QdqDomain::Microsoft,
-    };
+    let domain = options.domain.unwrap_or(QdqDomain::Standard);
 
     let mut proto = model.proto().clone();
     let graph = proto.graph.get_or_insert_with(Default::default);
@@ -411,12 +413,26 @@ pub fn export_qdq(model: &Model, options: &QdqOptions) -> Result<QdqExport, QdqE
             version: Some(1),
         });
     }
+    // Last, so that the conversions see the final graph; the QDQ nodes written above
+    // need no conversion.
+    let raised = if domain == QdqDomain::Standard && quantized > 0 && opset < standard_needs {
+        let raised =
+            raise_opset(&mut proto, standard_needs).map_err(|source| QdqError::Opset {
+                opset,
+                needed: standard_needs,
+                source,
+            })?;
+        Some(raised)
+    } else {
+        None
+    };
     let model = Model::from_proto(proto, model.base_dir().map(Into::into))?;
     Ok(QdqExport {
         model,
         domain,
         opset,
         standard_needs,
+        raised,
         quantized,
         cast,
         removed,
@@ -566,24 +582,6 @@ fn node(
         input: inputs,
         output: vec![output.into()],
         attribute,
-        ..Default::default()
-    }
-}
-
-fn ints_attr(name: &str, values: Vec<i64>) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        r#type: Some(AttributeType::Ints as i32),
-        ints: values,
-        ..Default::default()
-    }
-}
-
-fn int_attr(name: &str, value: i64) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        r#type: Some(AttributeType::Int as i32),
-        i: Some(value),
         ..Default::default()
     }
 }

@@ -35,11 +35,12 @@
 
 use std::collections::{HashMap, HashSet};
 
-use hmct_proto::onnx::{
-    AttributeProto, NodeProto, OperatorSetIdProto, TensorProto, attribute_proto::AttributeType,
-};
+use hmct_proto::onnx::{NodeProto, OperatorSetIdProto, TensorProto};
 use hmct_tensor::{DType, Tensor};
 
+use crate::attr::{
+    floats as floats_attr, get_int, int, ints as ints_attr, string as string_attr,
+};
 use crate::calibration::{CALIBRATION_DOMAIN, CALIBRATION_OP};
 use crate::{IrError, Model, NodeId, QType, TensorType};
 
@@ -114,7 +115,7 @@ fn is_integer_op(op: &str) -> bool {
 /// True when loading should import: QuantizeLinear/DequantizeLinear nodes and no
 /// calibration node (a model with both is run as it is).
 pub(crate) fn wants_import(model: &Model) -> bool {
-    model.nodes_of_type(CALIBRATION_OP).is_empty()
+    model.calibration_nodes().is_empty()
         && !(model.nodes_of_type(QUANTIZE).is_empty() && model.nodes_of_type(DEQUANTIZE).is_empty())
 }
 
@@ -202,14 +203,7 @@ pub fn import_qdq(model: Model) -> Result<(Model, QdqImport), QdqImportError> {
                     clip.attribute = ["min", "max"]
                         .into_iter()
                         .zip([0.0f32, top])
-                        .map(|(attr, value)| hmct_proto::onnx::AttributeProto {
-                            name: Some(attr.to_string()),
-                            r#type: Some(
-                                hmct_proto::onnx::attribute_proto::AttributeType::Float as i32,
-                            ),
-                            f: Some(value),
-                            ..Default::default()
-                        })
+                        .map(|(name, value)| crate::attr::float(name, value))
                         .collect();
                 }
                 nodes.push(clip);
@@ -403,7 +397,7 @@ fn params(
 ) -> Result<Params, QdqImportError> {
     let node = model.node(id);
     let fail = |message: String| unsupported(model, id, message);
-    if let Some(b) = int_attr(node, "block_size").filter(|&b| b != 0) {
+    if let Some(b) = get_int(node, "block_size").filter(|&b| b != 0) {
         return Err(fail(format!(
             "blocked quantization (block_size {b}) is not supported"
         )));
@@ -436,7 +430,7 @@ fn params(
     let (qtype, zero_points) = if zp_name.is_empty() {
         let qtype = match default_qtype {
             Some(q) => q.clone(),
-            None if node.op_type() == QUANTIZE => match int_attr(node, "output_dtype") {
+            None if node.op_type() == QUANTIZE => match get_int(node, "output_dtype") {
                 Some(code) if code != 0 => dtype_qtype(DType::from_onnx(code as i32))
                     .ok_or_else(|| fail(format!("output type {code} is not an integer type")))?,
                 _ => QType::UINT8,
@@ -478,7 +472,7 @@ fn params(
             axis: None,
         });
     }
-    let axis = int_attr(node, "axis").unwrap_or(1);
+    let axis = get_int(node, "axis").unwrap_or(1);
     let resolved = match rank {
         Some(rank) if axis < -(rank as i64) || axis >= rank as i64 => {
             return Err(fail(format!(
@@ -610,9 +604,9 @@ fn calibration_node(
     attribute.push(floats_attr("scales", p.scales.clone()));
     attribute.push(ints_attr("zero_point", p.zero_points.clone()));
     if let Some(axis) = p.axis {
-        attribute.push(int_attr_proto("axis", axis as i64));
+        attribute.push(int("axis", axis as i64));
     }
-    attribute.push(int_attr_proto("constant", 2));
+    attribute.push(int("constant", 2));
     attribute.push(string_attr("switch", "ON"));
     attribute.push(string_attr("tensor_type", tensor_type.as_str()));
     NodeProto {
@@ -667,45 +661,3 @@ impl Names {
     }
 }
 
-fn int_attr(node: &NodeProto, name: &str) -> Option<i64> {
-    node.attribute
-        .iter()
-        .find(|a| a.name() == name)
-        .and_then(|a| a.i)
-}
-
-fn attr(name: &str, ty: AttributeType) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.to_string()),
-        r#type: Some(ty as i32),
-        ..Default::default()
-    }
-}
-
-fn string_attr(name: &str, value: &str) -> AttributeProto {
-    AttributeProto {
-        s: Some(value.as_bytes().to_vec()),
-        ..attr(name, AttributeType::String)
-    }
-}
-
-fn floats_attr(name: &str, values: Vec<f32>) -> AttributeProto {
-    AttributeProto {
-        floats: values,
-        ..attr(name, AttributeType::Floats)
-    }
-}
-
-fn ints_attr(name: &str, values: Vec<i64>) -> AttributeProto {
-    AttributeProto {
-        ints: values,
-        ..attr(name, AttributeType::Ints)
-    }
-}
-
-fn int_attr_proto(name: &str, value: i64) -> AttributeProto {
-    AttributeProto {
-        i: Some(value),
-        ..attr(name, AttributeType::Int)
-    }
-}

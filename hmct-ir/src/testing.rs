@@ -134,8 +134,12 @@ fn free_name(model: &Model, base: &str) -> String {
 }
 
 /// Small models written out in tests without the protobuf boilerplate: float values,
-/// nodes, and a model at opset 17 around them.
+/// nodes, attributes, and a model at opset 17 around them.
 pub mod build {
+    pub use crate::attr::{
+        float as float_attr, floats as floats_attr, int as int_attr, ints as ints_attr,
+        string as string_attr,
+    };
     use hmct_proto::onnx::{
         GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto,
         TypeProto, ValueInfoProto, tensor_shape_proto, type_proto,

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use hmct_ir::{
-    Edit, Model, QType, QdqDomain, QdqError, QdqOptions, apply_edits, export_qdq, load_model,
+    Edit, Model, QType, QdqDomain, QdqOptions, apply_edits, export_qdq, load_model,
 };
 
 fn tiny() -> Model {
@@ -68,7 +68,7 @@ fn int8_per_channel_uses_standard_ops_at_opset_17() {
 }
 
 #[test]
-fn int16_needs_opset_21_so_microsoft_ops_and_the_opset_is_kept() {
+fn int16_needs_opset_21_so_the_opset_is_raised_or_microsoft_ops_keep_it() {
     let mut model = tiny();
     apply_edits(
         &mut model,
@@ -79,10 +79,13 @@ fn int16_needs_opset_21_so_microsoft_ops_and_the_opset_is_kept() {
     )
     .unwrap();
     let e = export_qdq(&model, &QdqOptions::default()).unwrap();
-    assert_eq!(e.domain, QdqDomain::Microsoft);
+    assert_eq!(e.domain, QdqDomain::Standard);
     assert_eq!((e.opset, e.standard_needs), (17, 21));
-    assert_eq!(e.model.opset(""), Some(17));
-    assert_eq!(e.model.opset("com.microsoft"), Some(1));
+    let raised = e.raised.as_ref().expect("the opset is raised");
+    assert_eq!((raised.from, raised.to), (17, 21));
+    assert_eq!(e.model.opset(""), Some(21));
+    assert_eq!(e.model.opset("com.microsoft"), None);
+    assert!(e.model.proto().ir_version() >= 10);
     let zp_name = &e
         .model
         .node(e.model.node_id("res_conv2_out_HzCalibration").unwrap())
@@ -90,23 +93,18 @@ fn int16_needs_opset_21_so_microsoft_ops_and_the_opset_is_kept() {
     let zp = e.model.initializer(zp_name).unwrap();
     assert_eq!(zp.data_type, Some(5)); // INT16
     assert_eq!(zp.raw_data.as_deref(), Some(&[0u8, 0][..]));
-    let err = export_qdq(
+
+    let e = export_qdq(
         &model,
         &QdqOptions {
-            domain: Some(QdqDomain::Standard),
+            domain: Some(QdqDomain::Microsoft),
         },
     )
-    .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            QdqError::OpsetTooOld {
-                opset: 17,
-                needed: 21
-            }
-        ),
-        "{err}"
-    );
+    .unwrap();
+    assert_eq!(e.domain, QdqDomain::Microsoft);
+    assert!(e.raised.is_none());
+    assert_eq!(e.model.opset(""), Some(17));
+    assert_eq!(e.model.opset("com.microsoft"), Some(1));
 }
 
 #[test]

@@ -253,7 +253,16 @@ impl Plan {
                 source,
             };
 
-            let op = if node.op_type() == "HzCalibration" && domain == "horizon" {
+            if node.op_type() == hmct_ir::CALIBRATION_OP && !hmct_ir::is_calibration_node(node) {
+                return Err(PlanError::Calibration {
+                    node: node.name().to_string(),
+                    message: format!(
+                        "domain '{domain}' is neither '{}' nor empty, so this is not a calibration node",
+                        hmct_ir::CALIBRATION_DOMAIN
+                    ),
+                });
+            }
+            let op = if hmct_ir::is_calibration_node(node) {
                 let resolver = options.calibration.ok_or_else(|| PlanError::Calibration {
                     node: node.name().to_string(),
                     message: "calibration nodes are not allowed here".into(),

@@ -59,15 +59,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .enumerate()
         .map(|(i, c)| (c.output, i))
         .collect();
+    let cal_nodes: std::collections::HashSet<usize> =
+        plan.calibrations().iter().map(|c| c.node).collect();
     let mut probes: Vec<Vec<usize>> = Vec::new();
-    for node in plan.nodes() {
+    for (idx, node) in plan.nodes().iter().enumerate() {
         let mut cals: Vec<usize> = node
             .inputs
             .iter()
             .flatten()
             .filter_map(|s| cal_of_slot.get(s).copied())
             .collect();
-        if cals.is_empty() || node.op_type == "HzCalibration" {
+        if cals.is_empty() || cal_nodes.contains(&idx) {
             continue;
         }
         cals.sort_unstable();
