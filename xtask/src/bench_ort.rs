@@ -25,7 +25,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use hmct_quant::{Config, Session, plan_model};
+use hmct_quant::{Capture, Config, Session, Slot, plan_model};
 use hmct_tensor::{Dataset, Tensor};
 
 // onnx is for tools/ort_sensitivity.py (sensitivity-bench), which builds model variants.
@@ -70,15 +70,20 @@ pub struct Options {
 }
 
 pub(crate) fn venv_python(root: &Path) -> Result<PathBuf> {
-    let venv = root.join("target/ort-venv");
+    let pins: Vec<String> = PINNED.iter().map(|p| p.to_string()).collect();
+    venv(root, "ort-venv", &PINNED.join("\n"), &pins)
+}
+
+/// `target/NAME/bin/python`, creating the venv and installing `pip install ARGS` on
+/// first use, or again when `stamp` (what the install is pinned to) changed.
+pub(crate) fn venv(root: &Path, name: &str, stamp: &str, args: &[String]) -> Result<PathBuf> {
+    let venv = root.join("target").join(name);
     let python = venv.join("bin/python");
-    let stamp = venv.join("pinned.txt");
-    if python.exists()
-        && std::fs::read_to_string(&stamp).ok().as_deref() == Some(&PINNED.join("\n"))
-    {
+    let stamp_path = venv.join("pinned.txt");
+    if python.exists() && std::fs::read_to_string(&stamp_path).ok().as_deref() == Some(stamp) {
         return Ok(python);
     }
-    eprintln!("creating {} with {}", venv.display(), PINNED.join(" "));
+    eprintln!("creating {} with {}", venv.display(), args.join(" "));
     let ok = Command::new("python3")
         .args(["-m", "venv"])
         .arg(&venv)
@@ -89,13 +94,13 @@ pub(crate) fn venv_python(root: &Path) -> Result<PathBuf> {
     }
     let ok = Command::new(&python)
         .args(["-m", "pip", "install", "-q"])
-        .args(PINNED)
+        .args(args)
         .status()?
         .success();
     if !ok {
-        bail!("pip install {} failed", PINNED.join(" "));
+        bail!("pip install {} failed", args.join(" "));
     }
-    std::fs::write(&stamp, PINNED.join("\n"))?;
+    std::fs::write(&stamp_path, stamp)?;
     Ok(python)
 }
 
@@ -113,17 +118,36 @@ struct Medians {
 
 pub fn run(root: &Path, opts: &Options) -> Result<()> {
     let python = venv_python(root)?;
+    let peaks = opts
+        .threads
+        .iter()
+        .map(|&t| crate::peak::f32_gflops(root, t))
+        .collect::<Result<Vec<_>>>()?;
     println!(
-        "{:<28} {:>7} {:>16} {:>10} {:>18} {:>16} {:>10} {:>18}",
+        "f32 FMA peak (cargo xtask peak, target/peak.json): {}",
+        opts.threads
+            .iter()
+            .zip(&peaks)
+            .map(|(t, p)| format!("{p:.1} GFLOP/s at {t} thread(s)"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "{:<28} {:>7} {:>7} {:>16} {:>10} {:>18} {:>16} {:>10} {:>18} {:>8} {:>6}",
         "model",
+        "GFLOP",
         "threads",
         "single: ours ms",
         "ort ms",
         "ours/ort",
         "warm: ours ms",
         "ort ms",
-        "ours/ort"
+        "ours/ort",
+        "GFLOP/s",
+        "%peak"
     );
+    // Per thread count, the (single, warm) ratio of each model, for the geometric mean.
+    let mut ratios: Vec<Vec<(f64, f64)>> = vec![Vec::new(); opts.threads.len()];
     for model_path in &opts.models {
         let dir = model_path.parent().context("model path has no folder")?;
         let data_dir = dir.join("calibration_data");
@@ -132,7 +156,8 @@ pub fn run(root: &Path, opts: &Options) -> Result<()> {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        for &threads in &opts.threads {
+        let gflop = gflop(&model, &data_dir)?;
+        for (ti, &threads) in opts.threads.iter().enumerate() {
             let all = (0..opts.repeat.max(1))
                 .map(|_| measure(&python, model_path, &data_dir, &model, threads, opts.runs))
                 .collect::<Result<Vec<_>>>()?;
@@ -144,25 +169,90 @@ pub fn run(root: &Path, opts: &Options) -> Result<()> {
                 let (lo, hi) = r
                     .iter()
                     .fold((f64::MAX, f64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+                let m = median(r.clone());
                 match r.len() {
-                    1 => format!("{:.2}", r[0]),
-                    _ => format!("{:.2} ({lo:.2}-{hi:.2})", median(r)),
+                    1 => (m, format!("{m:.2}")),
+                    _ => (m, format!("{m:.2} ({lo:.2}-{hi:.2})")),
                 }
             };
+            let single = ratio(&|m| m.single.0 / m.single.1);
+            let warm = ratio(&|m| m.warm.0 / m.warm.1);
+            ratios[ti].push((single.0, warm.0));
+            // The rate of our warm runs, the regime of a sensitivity sweep.
+            let rate = gflop / (time(&|m| m.warm.0) * 1e-3);
             println!(
-                "{:<28} {:>7} {:>16.3} {:>10.3} {:>18} {:>16.3} {:>10.3} {:>18}",
+                "{:<28} {:>7.2} {:>7} {:>16.3} {:>10.3} {:>18} {:>16.3} {:>10.3} {:>18} {:>8.1} {:>5.0}%",
                 name,
+                gflop,
                 threads,
                 time(&|m| m.single.0),
                 time(&|m| m.single.1),
-                ratio(&|m| m.single.0 / m.single.1),
+                single.1,
                 time(&|m| m.warm.0),
                 time(&|m| m.warm.1),
-                ratio(&|m| m.warm.0 / m.warm.1),
+                warm.1,
+                rate,
+                100.0 * rate / peaks[ti],
+            );
+        }
+    }
+    if opts.models.len() > 1 {
+        for (t, r) in opts.threads.iter().zip(&ratios) {
+            let geo = |f: fn(&(f64, f64)) -> f64| {
+                (r.iter().map(|x| f(x).ln()).sum::<f64>() / r.len() as f64).exp()
+            };
+            println!(
+                "geometric mean of ours/ort at {t} thread(s): single {:.2}, warm {:.2} ({} models)",
+                geo(|x| x.0),
+                geo(|x| x.1),
+                r.len()
             );
         }
     }
     Ok(())
+}
+
+/// GFLOP of one run of `model` on the first sample of `data_dir`: Conv, ConvTranspose,
+/// MatMul and Gemm as 2 x multiply-adds, from the shapes a run produces (as
+/// tools/cone_flops.py counts them; other nodes are not counted).
+fn gflop(model: &hmct_ir::Model, data_dir: &Path) -> Result<f64> {
+    let session = Session::new(plan_model(model)?, 1)?;
+    let plan = session.plan();
+    let sample = Dataset::open(data_dir, &plan.input_specs())?.sample(0)?;
+    let inputs: Vec<(&str, Tensor)> = sample
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.clone()))
+        .collect();
+    let bound = session.bind_inputs(&inputs)?;
+    let values = session.run_from(&bound, None, &Config::float(), plan.outputs(), Capture::All)?;
+    let shape = |slot: Slot| -> Option<Vec<usize>> {
+        values
+            .get(slot)
+            .or_else(|| plan.constant(slot))
+            .map(|t| t.shape().to_vec())
+    };
+    let elems = |s: &[usize]| s.iter().product::<usize>() as f64;
+    let mut flops = 0.0;
+    for n in plan.nodes() {
+        let input = |i: usize| n.inputs.get(i).copied().flatten().and_then(shape);
+        let (Some(out), Some(a), Some(b)) = (n.outputs.first().and_then(|&s| shape(s)), input(0), input(1))
+        else {
+            continue;
+        };
+        flops += match n.op_type.as_str() {
+            // Each output sums input channels per group x kernel taps: W is
+            // (M, C/group, k...).
+            "Conv" => 2.0 * elems(&out) * elems(&b[1..]),
+            // Each input element is spread over (M/group x k...) outputs: W is
+            // (C, M/group, k...).
+            "ConvTranspose" => 2.0 * elems(&a) * elems(&b[1..]),
+            "MatMul" => 2.0 * elems(&out) * a.last().copied().unwrap_or(1) as f64,
+            // A is M x K or K x M; the output's first axis is M.
+            "Gemm" => 2.0 * elems(&out) * elems(&a) / out.first().copied().unwrap_or(1).max(1) as f64,
+            _ => 0.0,
+        };
+    }
+    Ok(flops * 1e-9)
 }
 
 /// One measurement of `model` at `threads`: a fresh session of ours and a fresh
@@ -235,4 +325,31 @@ fn measure(
         single: (median(ours), median(theirs)),
         warm: (median(ours_warm), median(theirs_warm)),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bundled example's convs and Gemm, counted by hand from its shapes (see
+    /// examples/tiny_cnn): 3x3 convs 3->16 on 32x32, 16->32 stride 2, two 32->32 on
+    /// 16x16, a depthwise 3x3 stride 2 on 32 channels, a 1x1 32->64 on 8x8 and a
+    /// 64->10 Gemm. Calibration nodes add nothing.
+    #[test]
+    fn gflop_counts_convs_and_gemms_from_the_run_shapes() {
+        let dir = crate::repo_root().join("examples/tiny_cnn");
+        let expected = 2.0
+            * (16.0 * 32.0 * 32.0 * 27.0
+                + 32.0 * 16.0 * 16.0 * 144.0
+                + 2.0 * 32.0 * 16.0 * 16.0 * 288.0
+                + 32.0 * 8.0 * 8.0 * 9.0
+                + 64.0 * 8.0 * 8.0 * 32.0
+                + 10.0 * 64.0)
+            * 1e-9;
+        for file in ["float_model.onnx", "calibrated_model.onnx"] {
+            let model = hmct_ir::load_model(&dir.join(file)).unwrap();
+            let got = gflop(&model, &dir.join("calibration_data")).unwrap();
+            assert!((got - expected).abs() < 1e-15, "{file}: {got} vs {expected}");
+        }
+    }
 }

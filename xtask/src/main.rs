@@ -7,7 +7,9 @@ use clap::{Parser, Subcommand};
 
 mod bench_ort;
 mod example;
+mod peak;
 mod sens_bench;
+mod zoo;
 
 #[derive(Parser)]
 #[command(name = "xtask", about = "hmct-rs developer tasks")]
@@ -24,6 +26,9 @@ enum Task {
     BenchOrt {
         /// Models to time (default: every model of ../shared/models).
         models: Vec<PathBuf>,
+        /// Time the models of the zoo (`cargo xtask zoo`) instead.
+        #[arg(long, conflicts_with = "models")]
+        zoo: bool,
         /// Timed runs per side.
         #[arg(long, default_value_t = 15)]
         runs: usize,
@@ -39,6 +44,16 @@ enum Task {
     /// Time get-sensitivity-of-nodes against the onnxruntime way on the same model,
     /// data and threads; check the rankings agree.
     SensitivityBench(sens_bench::Args),
+    /// Measure the per-core arithmetic peak (f32 FMA with AVX-512 and AVX2, AVX512_BF16,
+    /// AMX-BF16 where present) and cache the f32 figure for bench-ort.
+    Peak {
+        /// Thread counts to measure at.
+        #[arg(long, value_delimiter = ',', default_value = "1,2")]
+        threads: Vec<usize>,
+    },
+    /// Rebuild the benchmark zoo in target/zoo from package registries and calibrate
+    /// it with our `calibrate`.
+    Zoo(zoo::Args),
 }
 
 fn repo_root() -> PathBuf {
@@ -46,6 +61,21 @@ fn repo_root() -> PathBuf {
         .parent()
         .expect("xtask sits in the repository")
         .to_path_buf()
+}
+
+/// Builds `hmct-debugger` in release mode and returns its path.
+fn release_cli(root: &Path) -> Result<PathBuf> {
+    eprintln!("building hmct-debugger (release)");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .current_dir(root)
+        .args(["build", "--release", "-q", "-p", "hmct-cli"])
+        .output()
+        .context("starting cargo build")?;
+    if !out.status.success() {
+        anyhow::bail!("cargo build failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(root.join("target/release/hmct-debugger"))
 }
 
 fn shared_models(root: &Path) -> Result<Vec<PathBuf>> {
@@ -66,18 +96,36 @@ fn shared_models(root: &Path) -> Result<Vec<PathBuf>> {
     Ok(models)
 }
 
+/// The float models of the zoo that our interpreter runs; prints the others with
+/// the reason.
+fn zoo_models(root: &Path) -> Result<Vec<PathBuf>> {
+    let mut models = Vec::new();
+    for e in zoo::entries(root)? {
+        match &e.state {
+            Ok(()) => models.push(e.model()),
+            Err(why) => println!("{}: skipped, {why}", e.name),
+        }
+    }
+    Ok(models)
+}
+
 fn main() -> Result<()> {
     let root = repo_root();
     match Cli::parse().task {
         Task::Example(args) => example::run(&args),
         Task::SensitivityBench(args) => sens_bench::run(&root, &args),
+        Task::Peak { threads } => peak::run(&root, &threads),
+        Task::Zoo(args) => zoo::run(&root, &args),
         Task::BenchOrt {
             models,
+            zoo,
             runs,
             threads,
             repeat,
         } => {
-            let models = if models.is_empty() {
+            let models = if zoo {
+                zoo_models(&root)?
+            } else if models.is_empty() {
                 shared_models(&root)?
             } else {
                 models

@@ -1,14 +1,17 @@
-//! `cargo xtask sensitivity-bench [MODEL [DATA]] [-d 8] [--threads 2]`: times
+//! `cargo xtask sensitivity-bench [MODEL [DATA]] [--zoo] [-d 8] [--threads 1,2]`: times
 //! `hmct-debugger get-sensitivity-of-nodes` against the onnxruntime way of computing
 //! the same ranking (`tools/ort_sensitivity.py`: one model variant and one
 //! onnxruntime session per candidate) on the same calibrated model, data and thread
 //! count, checks that the two rankings agree, and prints both times, the time split
 //! of ours and the ratio.
 //!
-//! MODEL defaults to the PP-OCRv4 detector of ../shared/models; DATA to the
-//! `calibration_data` folder next to the model. A model without calibration nodes is
-//! calibrated first with `hmct-debugger calibrate` (into target/sens-bench/). The two
-//! sides run one after the other, ours first; the machine should be otherwise idle.
+//! Models: MODEL, or with `--zoo` every model of the zoo (`cargo xtask zoo`), or by
+//! default every model of ../shared/models. DATA defaults to the `calibration_data`
+//! folder next to the model. A model without calibration nodes is calibrated first
+//! with `hmct-debugger calibrate` (into target/sens-bench/). At each thread count the
+//! two sides run one after the other, ours first; the machine should be otherwise
+//! idle. The summary also says how each side scales from one thread to more (the
+//! probes of ours: their wall time from `--timings`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -20,17 +23,20 @@ use serde_json::Value;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Model (calibrated, or float to be calibrated first). Default: the PP-OCRv4
-    /// detector of ../shared/models.
+    /// Model (calibrated, or float to be calibrated first). Default: every model of
+    /// ../shared/models.
     model: Option<PathBuf>,
     /// Calibration-data folder (default: `calibration_data` next to the model).
     data: Option<PathBuf>,
+    /// Every model of the zoo (`cargo xtask zoo`), calibrated with our `calibrate`.
+    #[arg(long, conflicts_with = "model")]
+    zoo: bool,
     /// Samples.
     #[arg(short = 'd', long = "data-num", default_value_t = 8)]
     data_num: usize,
-    /// Threads, for both sides.
-    #[arg(long, default_value_t = 2)]
-    threads: usize,
+    /// Thread counts, for both sides.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    threads: Vec<usize>,
     /// node, weight or activation.
     #[arg(short = 'n', long = "node-type", default_value = "node")]
     node_type: String,
@@ -42,10 +48,6 @@ pub struct Args {
     /// as agreeing (values, and the order of entries further apart than this).
     #[arg(long, default_value_t = 1e-4)]
     tolerance: f64,
-}
-
-fn detector(root: &Path) -> PathBuf {
-    root.join("../shared/models/rapidocr_ppocrv4_det/ch_PP-OCRv4_det_infer.onnx")
 }
 
 /// Runs a command, failing with its stderr when it fails; returns (stderr, seconds).
@@ -82,74 +84,146 @@ fn ranking(path: &Path) -> Result<(String, Vec<(String, f64)>)> {
     Ok((metric, rows))
 }
 
+/// One model to measure: a short name, the model and its data.
+struct Target {
+    label: String,
+    model: PathBuf,
+    data: PathBuf,
+}
+
+/// One measurement of one model at one thread count.
+struct Row {
+    label: String,
+    threads: usize,
+    candidates: usize,
+    ours: f64,
+    /// Wall time of our probes (from `--timings`).
+    probes: Option<f64>,
+    ort: f64,
+    /// The comparison of the rankings: `Ok(summary)` or `Err(problem)`.
+    agreement: std::result::Result<String, String>,
+}
+
+fn targets(root: &Path, args: &Args) -> Result<Vec<Target>> {
+    let folder_name = |m: &Path| {
+        m.parent()
+            .and_then(|d| d.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".into())
+    };
+    if args.zoo {
+        let mut out = Vec::new();
+        for e in crate::zoo::entries(root)? {
+            match &e.state {
+                Ok(()) => out.push(Target {
+                    label: e.name.clone(),
+                    model: e.calibrated(),
+                    data: e.data(),
+                }),
+                Err(why) => println!("{}: skipped, {why}", e.name),
+            }
+        }
+        return Ok(out);
+    }
+    let models = match &args.model {
+        Some(m) => vec![m.clone()],
+        None => crate::shared_models(root)?,
+    };
+    Ok(models
+        .into_iter()
+        .map(|m| {
+            let data = match (&args.data, m.parent()) {
+                (Some(d), _) => d.clone(),
+                (None, Some(dir)) => dir.join("calibration_data"),
+                (None, None) => PathBuf::from("calibration_data"),
+            };
+            Target {
+                label: folder_name(&m),
+                model: m,
+                data,
+            }
+        })
+        .collect())
+}
+
 pub fn run(root: &Path, args: &Args) -> Result<()> {
-    let model = args.model.clone().unwrap_or_else(|| detector(root));
-    let dir = model.parent().context("model path has no folder")?;
-    let data = args
-        .data
-        .clone()
-        .unwrap_or_else(|| dir.join("calibration_data"));
     let out_dir = root.join("target/sens-bench");
     std::fs::create_dir_all(&out_dir)?;
-
-    eprintln!("building hmct-debugger (release)");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    timed(
-        Command::new(cargo)
-            .current_dir(root)
-            .args(["build", "--release", "-q", "-p", "hmct-cli"]),
-        "cargo build",
-    )?;
-    let ours = root.join("target/release/hmct-debugger");
+    let ours = crate::release_cli(root)?;
     let python = match &args.python {
         Some(p) => p.clone(),
         None => crate::bench_ort::venv_python(root)?,
     };
-
-    let stem = model
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "model".into());
-    let calibrated = if hmct_ir::load_model(&model)?.calibration_nodes().is_empty() {
-        let cal = out_dir.join(format!("{stem}_calibrated.onnx"));
-        if !cal.exists() {
-            eprintln!("calibrating {} -> {}", model.display(), cal.display());
-            timed(
-                Command::new(&ours)
-                    .arg("calibrate")
-                    .arg(&model)
-                    .arg(&data)
-                    .arg("-o")
-                    .arg(&cal),
-                "hmct-debugger calibrate",
-            )?;
+    let mut rows = Vec::new();
+    for target in targets(root, args)? {
+        let calibrated = calibrated(&ours, &target, &out_dir)?;
+        for &threads in &args.threads {
+            match measure(root, args, &ours, &python, &target, &calibrated, threads, &out_dir) {
+                Ok(row) => rows.push(row),
+                // One model onnxruntime or we cannot run does not stop the others.
+                Err(e) => println!("{} at {threads} thread(s): FAILED: {e:#}", target.label),
+            }
         }
-        cal
-    } else {
-        model.clone()
-    };
+    }
+    summary(&rows, &args.threads);
+    let disagree: Vec<String> = rows
+        .iter()
+        .filter(|r| r.agreement.is_err())
+        .map(|r| format!("{} at {} thread(s)", r.label, r.threads))
+        .collect();
+    if !disagree.is_empty() {
+        bail!("rankings disagree on {}", disagree.join(", "));
+    }
+    Ok(())
+}
 
-    let (d, t) = (args.data_num.to_string(), args.threads.to_string());
+/// The calibrated model of `target`: itself, or calibrated with our `calibrate`
+/// first when it has no calibration nodes.
+fn calibrated(ours: &Path, target: &Target, out_dir: &Path) -> Result<PathBuf> {
+    if !hmct_ir::load_model(&target.model)?.calibration_nodes().is_empty() {
+        return Ok(target.model.clone());
+    }
+    let cal = out_dir.join(format!("{}_calibrated.onnx", target.label));
+    if !cal.exists() {
+        eprintln!("calibrating {} -> {}", target.model.display(), cal.display());
+        timed(
+            Command::new(ours)
+                .arg("calibrate")
+                .arg(&target.model)
+                .arg(&target.data)
+                .arg("-o")
+                .arg(&cal),
+            "hmct-debugger calibrate",
+        )?;
+    }
+    Ok(cal)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn measure(
+    root: &Path,
+    args: &Args,
+    ours: &Path,
+    python: &Path,
+    target: &Target,
+    calibrated: &Path,
+    threads: usize,
+    out_dir: &Path,
+) -> Result<Row> {
+    let (d, t) = (args.data_num.to_string(), threads.to_string());
+    let stem = format!("{}_t{threads}", target.label);
     let ours_json = out_dir.join(format!("{stem}_ours.json"));
     let ort_json = out_dir.join(format!("{stem}_ort.json"));
     eprintln!(
-        "ours: get-sensitivity-of-nodes -n {} -d {d} --threads {t}",
-        args.node_type
+        "{}: ours: get-sensitivity-of-nodes -n {} -d {d} --threads {t}",
+        target.label, args.node_type
     );
     let (ours_err, ours_secs) = timed(
-        Command::new(&ours)
+        Command::new(ours)
             .arg("get-sensitivity-of-nodes")
-            .arg(&calibrated)
-            .arg(&data)
-            .args([
-                "-n",
-                &args.node_type,
-                "-d",
-                &d,
-                "--threads",
-                &t,
-                "--timings",
-            ])
+            .arg(calibrated)
+            .arg(&target.data)
+            .args(["-n", &args.node_type, "-d", &d, "--threads", &t, "--timings"])
             .arg("--json")
             .arg(&ours_json),
         "hmct-debugger get-sensitivity-of-nodes",
@@ -157,19 +231,20 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
     // Printed before the slow side starts, so an interrupted run still reports it.
     println!("model      {}", calibrated.display());
     println!(
-        "setting    node_type {}, {} sample(s), {} thread(s)",
-        args.node_type, args.data_num, args.threads
+        "setting    node_type {}, {} sample(s), {threads} thread(s)",
+        args.node_type, args.data_num
     );
     println!("ours       {ours_secs:8.1} s");
-    for line in ours_err.lines().filter(|l| l.starts_with("timings:")) {
+    let timings: Vec<&str> = ours_err.lines().filter(|l| l.starts_with("timings:")).collect();
+    for line in &timings {
         println!("           {line}");
     }
-    eprintln!("onnxruntime: tools/ort_sensitivity.py (this is the slow side)");
+    eprintln!("{}: onnxruntime: tools/ort_sensitivity.py (this is the slow side)", target.label);
     let (_, ort_secs) = timed(
-        Command::new(&python)
+        Command::new(python)
             .arg(root.join("tools/ort_sensitivity.py"))
-            .arg(&calibrated)
-            .arg(&data)
+            .arg(calibrated)
+            .arg(&target.data)
             .args(["-n", &args.node_type, "-d", &d, "--threads", &t])
             .arg("--json")
             .arg(&ort_json),
@@ -179,16 +254,79 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
     let (metric, ours_rank) = ranking(&ours_json)?;
     let (_, ort_rank) = ranking(&ort_json)?;
     let agreement = compare(&ours_rank, &ort_rank, &metric, args.tolerance);
-
     println!("candidates {}", ours_rank.len());
     println!("onnxruntime{ort_secs:8.1} s");
     println!("speedup    {:8.1}x", ort_secs / ours_secs);
-    match agreement {
-        Ok(summary) => {
-            println!("rankings   agree: {summary}");
-            Ok(())
+    match &agreement {
+        Ok(summary) => println!("rankings   agree: {summary}"),
+        Err(problem) => println!("rankings   DISAGREE: {problem}"),
+    }
+    Ok(Row {
+        label: target.label.clone(),
+        threads,
+        candidates: ours_rank.len(),
+        ours: ours_secs,
+        probes: timings.iter().find_map(|l| probes_secs(l)),
+        ort: ort_secs,
+        agreement,
+    })
+}
+
+/// The probes' wall time in a `timings:` line ("... probes 12.345 s wall ...").
+fn probes_secs(line: &str) -> Option<f64> {
+    let rest = &line[line.find("probes ")? + "probes ".len()..];
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+/// The table of all measurements, then how each side scales with threads.
+fn summary(rows: &[Row], threads: &[usize]) {
+    println!();
+    println!(
+        "{:<28} {:>10} {:>7} {:>10} {:>10} {:>16} {:>9}  rankings",
+        "model", "candidates", "threads", "ours s", "probes s", "onnxruntime s", "speed-up"
+    );
+    for r in rows {
+        println!(
+            "{:<28} {:>10} {:>7} {:>10.1} {:>10} {:>16.1} {:>8.1}x  {}",
+            r.label,
+            r.candidates,
+            r.threads,
+            r.ours,
+            r.probes.map(|p| format!("{p:.1}")).unwrap_or_default(),
+            r.ort,
+            r.ort / r.ours,
+            match &r.agreement {
+                Ok(_) => "agree".to_string(),
+                Err(e) => format!("DISAGREE: {e}"),
+            }
+        );
+    }
+    let (Some(&one), Some(&most)) = (threads.iter().min(), threads.iter().max()) else {
+        return;
+    };
+    if one == most {
+        return;
+    }
+    println!();
+    println!(
+        "scaling from {one} to {most} threads (time at {one} / time at {most}); sharding into processes is not measured (no --shard on main)"
+    );
+    println!("{:<28} {:>10} {:>10} {:>14}", "model", "ours", "probes", "onnxruntime");
+    let mut labels: Vec<&str> = rows.iter().map(|r| r.label.as_str()).collect();
+    labels.dedup();
+    for label in labels {
+        let at = |t: usize| rows.iter().find(|r| r.label == label && r.threads == t);
+        if let (Some(a), Some(b)) = (at(one), at(most)) {
+            let probes = match (a.probes, b.probes) {
+                (Some(x), Some(y)) => format!("{:.2}x", x / y),
+                _ => String::new(),
+            };
+            println!(
+                "{label:<28} {:>9.2}x {probes:>10} {:>13.2}x",
+                a.ours / b.ours,
+                a.ort / b.ort
+            );
         }
-        Err(problem) => bail!("rankings disagree: {problem}"),
     }
 }
 
@@ -238,4 +376,16 @@ fn compare(
     Ok(format!(
         "largest {metric} difference {max_diff:.2e}, {swaps} swapped pair(s) of near-ties"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::probes_secs;
+
+    #[test]
+    fn reads_the_probe_time_of_a_timings_line() {
+        let line = "timings: float pass 0.512 s (8 full runs); probes 12.345 s wall for 40 runs on 2 thread(s), of which runs 11.000 s and metrics 0.100 s; 12 MB cached";
+        assert_eq!(probes_secs(line), Some(12.345));
+        assert_eq!(probes_secs("timings: float pass 0.5 s"), None);
+    }
 }
