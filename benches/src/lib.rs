@@ -1,1 +1,360 @@
-//! Shared helpers for the criterion benchmarks in `benches/`.
+//! Shared helpers for the criterion benchmarks in `benches/`: the standard conv and
+//! MatMul shapes of issue 21 (ResNet-50, mobile and YOLO-style CNNs, BERT-base), the
+//! kernels that run them as a plan would (weights as plan constants), the calling
+//! thread's CPU time and the measured f32 FMA peak.
+
+use hmct_proto::onnx::AttributeProto;
+use hmct_proto::onnx::attribute_proto::AttributeType;
+use hmct_quant::ops::{Attrs, Kernel, NodeSpec, build_kernel, on_calling_thread};
+use hmct_tensor::Tensor;
+
+/// A 2-D conv on one image: input channels, output channels, groups, square kernel,
+/// stride, dilation, pads on every side, input height and width.
+#[derive(Clone, Copy, Debug)]
+pub struct ConvShape {
+    pub name: &'static str,
+    pub c: usize,
+    pub m: usize,
+    pub group: usize,
+    pub k: usize,
+    pub s: usize,
+    pub d: usize,
+    pub p: usize,
+    pub hw: [usize; 2],
+}
+
+impl ConvShape {
+    pub fn out(&self) -> [usize; 2] {
+        self.hw
+            .map(|i| (i + 2 * self.p - (self.k - 1) * self.d - 1) / self.s + 1)
+    }
+
+    /// Floating-point operations of one run (2 per multiply-add).
+    pub fn flops(&self) -> f64 {
+        let [oh, ow] = self.out();
+        2.0 * (self.m * self.c / self.group * self.k * self.k * oh * ow) as f64
+    }
+}
+
+const fn conv(
+    name: &'static str,
+    c: usize,
+    m: usize,
+    group: usize,
+    k: usize,
+    s: usize,
+    p: usize,
+    hw: usize,
+) -> ConvShape {
+    ConvShape {
+        name,
+        c,
+        m,
+        group,
+        k,
+        s,
+        d: 1,
+        p,
+        hw: [hw, hw],
+    }
+}
+
+/// ResNet-50's 1x1 and 3x3 convs and its stem, a YOLO-style stride-2 3x3, depthwise
+/// (MobileNet, ConvNeXt), grouped (RegNet), dilated (DeepLab) convs.
+pub const CONV_SHAPES: &[ConvShape] = &[
+    conv("r50_1x1_64to256_56", 64, 256, 1, 1, 1, 0, 56),
+    conv("r50_1x1_256to64_56", 256, 64, 1, 1, 1, 0, 56),
+    conv("r50_1x1_512to128_28", 512, 128, 1, 1, 1, 0, 28),
+    conv("r50_1x1_1024to256_14", 1024, 256, 1, 1, 1, 0, 14),
+    conv("r50_1x1_2048to512_7", 2048, 512, 1, 1, 1, 0, 7),
+    conv("r50_1x1s2_256to512_56", 256, 512, 1, 1, 2, 0, 56),
+    conv("r50_3x3_64_56", 64, 64, 1, 3, 1, 1, 56),
+    conv("r50_3x3_128_28", 128, 128, 1, 3, 1, 1, 28),
+    conv("r50_3x3_256_14", 256, 256, 1, 3, 1, 1, 14),
+    conv("r50_3x3_512_7", 512, 512, 1, 3, 1, 1, 7),
+    conv("r50_3x3s2_128_56", 128, 128, 1, 3, 2, 1, 56),
+    conv("r50_3x3s2_256_28", 256, 256, 1, 3, 2, 1, 28),
+    conv("r50_7x7s2_stem_3to64_224", 3, 64, 1, 7, 2, 3, 224),
+    conv("yolo_3x3s2_16to32_160", 16, 32, 1, 3, 2, 1, 160),
+    conv("yolo_3x3s2_64to128_40", 64, 128, 1, 3, 2, 1, 40),
+    conv("yolo_3x3_32to32_80", 32, 32, 1, 3, 1, 1, 80),
+    conv("mbv2_dw3x3_144_56", 144, 144, 144, 3, 1, 1, 56),
+    conv("mbv2_dw3x3s2_96_112", 96, 96, 96, 3, 2, 1, 112),
+    conv("effnet_dw5x5_240_28", 240, 240, 240, 5, 1, 2, 28),
+    conv("convnext_dw7x7_96_56", 96, 96, 96, 7, 1, 3, 56),
+    conv("regnet_g8_3x3_64_56", 64, 64, 8, 3, 1, 1, 56),
+    conv("regnet_g16_3x3_256_28", 256, 256, 16, 3, 1, 1, 28),
+    conv("regnet_g64_3x3_512_14", 512, 512, 8, 3, 1, 1, 14),
+    ConvShape {
+        d: 2,
+        p: 2,
+        ..conv("deeplab_3x3d2_256_28", 256, 256, 1, 3, 1, 2, 28)
+    },
+];
+
+/// A batched MatMul `[batch, m, k] x [k, n]` (shared right operand, `batch_b = 1`) or
+/// `[batch, m, k] x [batch, k, n]`.
+#[derive(Clone, Copy, Debug)]
+pub struct MatMulShape {
+    pub name: &'static str,
+    pub batch: usize,
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub shared_b: bool,
+}
+
+impl MatMulShape {
+    pub fn flops(&self) -> f64 {
+        2.0 * (self.batch * self.m * self.k * self.n) as f64
+    }
+}
+
+/// BERT-base at sequence 128: the projections, the feed-forward layers and the
+/// attention products of 12 heads.
+pub const MATMUL_SHAPES: &[MatMulShape] = &[
+    MatMulShape {
+        name: "bert_qkv_128x768x768",
+        batch: 1,
+        m: 128,
+        k: 768,
+        n: 768,
+        shared_b: true,
+    },
+    MatMulShape {
+        name: "bert_ff1_128x768x3072",
+        batch: 1,
+        m: 128,
+        k: 768,
+        n: 3072,
+        shared_b: true,
+    },
+    MatMulShape {
+        name: "bert_ff2_128x3072x768",
+        batch: 1,
+        m: 128,
+        k: 3072,
+        n: 768,
+        shared_b: true,
+    },
+    MatMulShape {
+        name: "bert_scores_12x128x64x128",
+        batch: 12,
+        m: 128,
+        k: 64,
+        n: 128,
+        shared_b: false,
+    },
+    MatMulShape {
+        name: "bert_context_12x128x128x64",
+        batch: 12,
+        m: 128,
+        k: 128,
+        n: 64,
+        shared_b: false,
+    },
+];
+
+fn ints(name: &str, v: &[i64]) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Ints as i32),
+        ints: v.to_vec(),
+        ..Default::default()
+    }
+}
+
+fn int(name: &str, v: i64) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Int as i32),
+        i: Some(v),
+        ..Default::default()
+    }
+}
+
+/// Deterministic pseudo-random values in [-1, 1).
+pub fn data(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s >> 8) as f32 / (1u32 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+pub fn tensor(shape: &[usize], seed: u32) -> Tensor {
+    Tensor::from_f32(shape, data(shape.iter().product(), seed)).expect("shape fits data")
+}
+
+/// A kernel with its inputs, built as a plan builds it (constant inputs known at
+/// build time, so weights can be packed once).
+pub struct Case {
+    kernel: Box<dyn Kernel>,
+    inputs: Vec<Tensor>,
+}
+
+impl Case {
+    fn new(op: &str, attrs: &[AttributeProto], inputs: Vec<Tensor>, constant: &[bool]) -> Case {
+        let present = vec![true; inputs.len()];
+        let consts: Vec<Option<&Tensor>> = inputs
+            .iter()
+            .zip(constant)
+            .map(|(t, &c)| c.then_some(t))
+            .collect();
+        let spec = NodeSpec {
+            name: op,
+            op_type: op,
+            domain: "",
+            opset: 17,
+            attrs: Attrs::new(attrs),
+            num_inputs: inputs.len(),
+            inputs_present: &present,
+            num_outputs: 1,
+            const_inputs: &consts,
+        };
+        let kernel = build_kernel(&spec).expect("kernel builds");
+        Case { kernel, inputs }
+    }
+
+    /// A Conv with constant weight and bias.
+    pub fn conv(sh: &ConvShape, seed: u32) -> Case {
+        let x = tensor(&[1, sh.c, sh.hw[0], sh.hw[1]], seed);
+        let w = tensor(&[sh.m, sh.c / sh.group, sh.k, sh.k], seed + 1);
+        let b = tensor(&[sh.m], seed + 2);
+        let attrs = [
+            ints("pads", &[sh.p as i64; 4]),
+            ints("strides", &[sh.s as i64; 2]),
+            ints("dilations", &[sh.d as i64; 2]),
+            int("group", sh.group as i64),
+        ];
+        Case::new("Conv", &attrs, vec![x, w, b], &[false, true, true])
+    }
+
+    /// A MatMul; a shared right operand is a constant (a weight).
+    pub fn matmul(sh: &MatMulShape, seed: u32) -> Case {
+        let a = tensor(&[sh.batch, sh.m, sh.k], seed);
+        let (b, constant) = if sh.shared_b {
+            (tensor(&[sh.k, sh.n], seed + 1), true)
+        } else {
+            (tensor(&[sh.batch, sh.k, sh.n], seed + 1), false)
+        };
+        Case::new("MatMul", &[], vec![a, b], &[false, constant])
+    }
+
+    /// Runs the kernel once on rayon's global pool, or on the calling thread.
+    pub fn run(&self, calling_thread: bool) -> Vec<Tensor> {
+        let inputs: Vec<Option<&Tensor>> = self.inputs.iter().map(Some).collect();
+        if calling_thread {
+            on_calling_thread(|| self.kernel.run(&inputs).expect("kernel runs"))
+        } else {
+            self.kernel.run(&inputs).expect("kernel runs")
+        }
+    }
+}
+
+/// CPU time of the calling thread in seconds: unlike wall time, not inflated while
+/// other processes hold the core.
+pub fn thread_cpu_seconds() -> f64 {
+    #[cfg(target_os = "linux")]
+    {
+        #[repr(C)]
+        struct Timespec {
+            sec: i64,
+            nsec: i64,
+        }
+        unsafe extern "C" {
+            fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
+        }
+        const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+        let mut ts = Timespec { sec: 0, nsec: 0 };
+        // SAFETY: clock_gettime writes one timespec to a valid pointer.
+        if unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) } == 0 {
+            return ts.sec as f64 + ts.nsec as f64 * 1e-9;
+        }
+    }
+    use std::sync::OnceLock;
+    static START: OnceLock<std::time::Instant> = OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_secs_f64()
+}
+
+/// The least thread CPU time of `runs` calls of `f` (after one warm-up call).
+pub fn min_time(runs: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    (0..runs)
+        .map(|_| {
+            let t = thread_cpu_seconds();
+            f();
+            thread_cpu_seconds() - t
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// The f32 multiply-add peak of one core in GFLOP/s: twelve independent chains of
+/// fused multiply-adds on the widest vectors the CPU has (AVX-512 or AVX2), which
+/// keeps every FMA pipe busy; the best of five runs of the calling thread.
+pub fn fma_peak_gflops() -> f64 {
+    const ITERS: u64 = 20_000_000;
+    #[cfg(target_arch = "x86_64")]
+    {
+        let (lanes, run): (f64, fn(u64) -> f32) = if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512F.
+            (16.0, |n| unsafe { fma_chains_avx512(n) })
+        } else if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+        {
+            // SAFETY: the CPU has AVX2 and FMA.
+            (8.0, |n| unsafe { fma_chains_avx2(n) })
+        } else {
+            return f64::NAN;
+        };
+        let secs = min_time(5, || {
+            std::hint::black_box(run(std::hint::black_box(ITERS)));
+        });
+        ITERS as f64 * 12.0 * lanes * 2.0 / secs / 1e9
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = ITERS;
+        f64::NAN
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn fma_chains_avx512(iters: u64) -> f32 {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm512_set1_ps(1.0); 12];
+    let (a, b) = (_mm512_set1_ps(0.999_999), _mm512_set1_ps(1e-7));
+    for _ in 0..iters {
+        for v in acc.iter_mut() {
+            *v = _mm512_fmadd_ps(*v, a, b);
+        }
+    }
+    let sum = acc.iter().fold(_mm512_setzero_ps(), |s, &v| _mm512_add_ps(s, v));
+    _mm512_reduce_add_ps(sum)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn fma_chains_avx2(iters: u64) -> f32 {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm256_set1_ps(1.0); 12];
+    let (a, b) = (_mm256_set1_ps(0.999_999), _mm256_set1_ps(1e-7));
+    for _ in 0..iters {
+        for v in acc.iter_mut() {
+            *v = _mm256_fmadd_ps(*v, a, b);
+        }
+    }
+    let sum = acc.iter().fold(_mm256_setzero_ps(), |s, &v| _mm256_add_ps(s, v));
+    let mut lanes = [0.0f32; 8];
+    // SAFETY: `lanes` holds eight f32 values.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), sum) };
+    lanes.iter().sum()
+}

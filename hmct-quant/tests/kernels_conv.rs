@@ -220,6 +220,35 @@ proptest! {
     }
 }
 
+/// Dense convs with enough output channels per group for the packed GEMM (24 and
+/// more on CPUs with AVX-512): row tiles of 12 with tails, positions across panels of
+/// 32 and blocks of 384, input channels × taps across blocks of 256, strides,
+/// dilations and pads that the panel packing resolves per output row.
+fn packed_case() -> impl Strategy<Value = Case> {
+    (
+        1usize..3,
+        prop_oneof![2usize..12, 250usize..300],
+        1usize..3,
+        24usize..64,
+        1usize..14,
+        1usize..44,
+        (1usize..4, 1usize..4),
+        (1usize..3, 1usize..3),
+        (1usize..3, 1usize..3),
+        (0usize..3, 0usize..3, 0usize..3, 0usize..3),
+    )
+        .prop_map(Case::from_draw)
+        .prop_filter("window fits", window_fits)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(40))]
+    #[test]
+    fn packed_matches_reference(c in packed_case()) {
+        matches_reference(&c, 19).map_err(TestCaseError::fail)?;
+    }
+}
+
 /// Shapes at the direct kernel's edges: one output channel past a 6-channel block,
 /// rows of exactly 16 and 32 positions, a 1×1 conv over a plane of 16k+1 positions,
 /// a conv with so few positions that it splits output channels into chunks, and

@@ -284,6 +284,30 @@ struct ConvKernel {
     attrs: WindowAttrs,
     group: usize,
     integer: bool,
+    weights: WeightCache,
+}
+
+/// A constant f32 weight packed for [`super::packed_gemm`] on first use, so the plan
+/// packs it once rather than on every run.
+#[derive(Default)]
+pub(crate) struct WeightCache {
+    /// Address of the constant weight's data (the tensor the plan passes at run
+    /// time, and keeps alive with the kernel), if the weight is a constant.
+    addr: Option<usize>,
+    packed: std::sync::OnceLock<Vec<super::packed_gemm::PackedA>>,
+}
+
+impl WeightCache {
+    fn new(spec: &NodeSpec) -> WeightCache {
+        let addr = match spec.const_inputs.get(1) {
+            Some(Some(Tensor::F32(w))) => w.as_slice().map(|s| s.as_ptr() as usize),
+            _ => None,
+        };
+        WeightCache {
+            addr,
+            packed: std::sync::OnceLock::new(),
+        }
+    }
 }
 
 impl ConvKernel {
@@ -300,6 +324,7 @@ impl ConvKernel {
             attrs: WindowAttrs::parse(spec)?,
             group: group as usize,
             integer,
+            weights: WeightCache::new(spec),
         })
     }
 
@@ -349,6 +374,7 @@ impl ConvKernel {
             None,
             &self.attrs,
             self.group,
+            None,
         )?;
         let y: Vec<i32> = y.into_iter().map(|v| v as i32).collect();
         Ok(vec![Tensor::I32(shaped(shape, y)?)])
@@ -378,6 +404,7 @@ impl Kernel for ConvKernel {
                     bias.as_deref(),
                     &self.attrs,
                     self.group,
+                    Some(&self.weights),
                 )?;
                 Ok(vec![Tensor::F32(shaped(s, y)?)])
             }
@@ -395,6 +422,7 @@ impl Kernel for ConvKernel {
                     bias.as_deref(),
                     &self.attrs,
                     self.group,
+                    None,
                 )?;
                 Ok(vec![Tensor::F64(shaped(s, y)?)])
             }
@@ -413,6 +441,7 @@ impl Kernel for ConvKernel {
                     bias.as_deref(),
                     &self.attrs,
                     self.group,
+                    None,
                 )?;
                 Ok(vec![Tensor::F16(shaped(
                     s,
@@ -445,6 +474,7 @@ pub(crate) fn conv_nd<T: Scalar>(
     bias: Option<&[T]>,
     attrs: &WindowAttrs,
     group: usize,
+    cache: Option<&WeightCache>,
 ) -> Result<(Vec<T>, Vec<usize>), OpError> {
     if xs.len() < 3 || ws.len() != xs.len() {
         return Err(OpError::invalid(format!(
@@ -489,6 +519,28 @@ pub(crate) fn conv_nd<T: Scalar>(
         single_position(x, w, bias, &mut y, c, m, group);
         return Ok((y, shape));
     }
+    let kdim = cg * k_vol;
+    if let (Some(xf), Some(wf)) = (f32_slice(x), f32_slice(w))
+        && super::conv_direct::fits(&g3, cg)
+        && super::packed_gemm::conv_prefers(m / group, kdim)
+        && super::packed_gemm::available()
+    {
+        let pack = || super::packed_gemm::pack_conv_weights(wf, m, group, kdim);
+        let fresh;
+        let packed = match cache {
+            Some(c) if c.addr == Some(wf.as_ptr() as usize) => c.packed.get_or_init(pack),
+            _ => {
+                fresh = pack();
+                &fresh
+            }
+        };
+        let mut y = crate::buffers::take::<T>(n * m * out_vol);
+        let bf = bias.and_then(f32_slice);
+        if let Some(yf) = f32_slice_mut(&mut y) {
+            super::packed_gemm::conv(packed, xf, bf, yf, n, c, m, group, &g3);
+            return Ok((y, shape));
+        }
+    }
     if let (Some(xf), Some(wf)) = (f32_slice(x), f32_slice(w))
         && super::conv_direct::fits(&g3, cg)
         && let Some(isa) = super::conv_direct::best_isa()
@@ -519,7 +571,6 @@ pub(crate) fn conv_nd<T: Scalar>(
             plane.fill(b[i % m]);
         }
     }
-    let kdim = cg * k_vol;
     let accumulate = bias.is_some();
     let pointwise =
         k_vol == 1 && g3.stride == [1, 1, 1] && g3.pad == [0, 0, 0] && g3.out == g3.input;

@@ -10,6 +10,7 @@ pub mod attrs;
 
 pub(crate) mod conv;
 pub(crate) mod conv_direct;
+pub(crate) mod packed_gemm;
 pub(crate) mod elementwise;
 pub(crate) mod matmul;
 pub(crate) mod misc;

@@ -1,0 +1,55 @@
+//! GFLOP/s and percentage of the measured f32 FMA peak for the standard conv and
+//! MatMul shapes of `hmct_benches` (ResNet-50, mobile CNNs, YOLO, RegNet, DeepLab,
+//! BERT-base), each kernel on the calling thread:
+//! `kernel_table [FILTER] [--runs N]` (`cargo build --release -p hmct-benches --bin
+//! kernel_table`). Times are the least thread CPU time of N runs (default 20), so
+//! other processes on the core do not inflate them.
+
+use hmct_benches::{CONV_SHAPES, Case, MATMUL_SHAPES, fma_peak_gflops, min_time};
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut runs = 20;
+    let mut filter = String::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--runs" => match it.next().and_then(|v| v.parse().ok()) {
+                Some(n) if n > 0 => runs = n,
+                _ => {
+                    eprintln!("error: --runs takes a positive number");
+                    std::process::exit(2);
+                }
+            },
+            other if other.starts_with('-') => {
+                eprintln!("error: unknown option {other}; usage: kernel_table [FILTER] [--runs N]");
+                std::process::exit(2);
+            }
+            other => filter = other.to_string(),
+        }
+    }
+    let peak = fma_peak_gflops();
+    println!("f32 FMA peak of one core (measured): {peak:.1} GFLOP/s");
+    println!("{:<28} {:>9} {:>9} {:>7}", "shape", "ms", "GFLOP/s", "% peak");
+    let row = |name: &str, flops: f64, case: &Case| {
+        let secs = min_time(runs, || {
+            std::hint::black_box(case.run(true));
+        });
+        let gflops = flops / secs / 1e9;
+        println!(
+            "{name:<28} {:>9.3} {gflops:>9.1} {:>6.0}%",
+            secs * 1e3,
+            100.0 * gflops / peak
+        );
+    };
+    for (i, sh) in CONV_SHAPES.iter().enumerate() {
+        if sh.name.contains(&filter) {
+            row(sh.name, sh.flops(), &Case::conv(sh, 10 * i as u32));
+        }
+    }
+    for (i, sh) in MATMUL_SHAPES.iter().enumerate() {
+        if sh.name.contains(&filter) {
+            row(sh.name, sh.flops(), &Case::matmul(sh, 500 + 10 * i as u32));
+        }
+    }
+}

@@ -1,0 +1,749 @@
+//! A packed f32 GEMM for AVX-512: `C = start + A·B`, each output summed from its start
+//! value over `k` in order with fused multiply-adds.
+//!
+//! `A` (whose elements are broadcast) is packed in tiles of [`MR`] rows, `k`-major, so
+//! a tile's weights for one `k` are adjacent; conv weights are constants, so
+//! [`super::conv`] packs them once per plan. `B` is packed right before use, a block of
+//! [`KC`] × [`NC`] at a time (it stays in the 1 MiB L2 cache), in panels of [`KC`] ×
+//! [`NR`] read in order: by a caller-given packer, so a conv packs its input's
+//! windows (implicit im2col) and a matrix is packed as is. Each register tile of
+//! `MR` rows × `NR` columns (24 zmm accumulators, two vectors of `B` and one broadcast
+//! per `k`) then runs at the FMA units' rate; its `A` tile (12 KiB) stays in L1
+//! while it sweeps the block's panels. Blocks of `k` after the first add to the sums
+//! the previous one stored (exact: f32 values round-trip through memory).
+//!
+//! The direct conv ([`super::conv_direct`]) sums `bias + Σ_c Σ_taps w·x` in the same
+//! order with the same instructions, so a conv gives the same bits on either path,
+//! with any instruction set, tiling or thread count.
+
+use std::cell::RefCell;
+
+use super::conv::Win3;
+use super::matmul::gemm_util::MatRef;
+
+/// Rows and columns of a register tile.
+pub(crate) const MR: usize = 12;
+pub(crate) const NR: usize = 32;
+/// Depth and width of a packed block of `B`: 384 KiB, in L2 beside its `A` tiles.
+const KC: usize = 256;
+pub(crate) const NC: usize = 12 * NR;
+
+/// Whether the packed GEMM runs here: the CPU has AVX-512 and `HMCT_CONV_ISA` does not
+/// ask for AVX2 (so the two paths can be timed against each other).
+pub(crate) fn available() -> bool {
+    super::conv_direct::best_isa() == Some(super::conv_direct::Isa::Avx512)
+}
+
+/// `A` packed in tiles of [`MR`] rows: tile `t` holds rows `t·MR ..` as `k` groups of
+/// `MR` values (rows past the last are zero).
+pub(crate) struct PackedA {
+    data: Vec<f32>,
+    m: usize,
+    k: usize,
+}
+
+impl PackedA {
+    pub(crate) fn new(a: MatRef<f32>, m: usize, k: usize) -> PackedA {
+        let mut p = PackedA {
+            data: Vec::new(),
+            m,
+            k,
+        };
+        p.repack(a, m, k);
+        p
+    }
+
+    /// Packs `a` into this buffer (reusing its memory).
+    pub(crate) fn repack(&mut self, a: MatRef<f32>, m: usize, k: usize) {
+        let tiles = m.div_ceil(MR);
+        self.data.clear();
+        self.data.resize(tiles * MR * k, 0.0);
+        (self.m, self.k) = (m, k);
+        for (t, tile) in self.data.chunks_exact_mut(MR * k.max(1)).enumerate() {
+            for r in 0..MR.min(m - t * MR) {
+                let row = &a.data[(t * MR + r) * a.rs..];
+                for (kk, d) in tile.iter_mut().skip(r).step_by(MR).enumerate() {
+                    *d = row[kk * a.cs];
+                }
+            }
+        }
+    }
+
+    pub(crate) fn rows(&self) -> usize {
+        self.m
+    }
+
+    pub(crate) fn depth(&self) -> usize {
+        self.k
+    }
+}
+
+/// What each output's sum starts from.
+#[derive(Clone, Copy)]
+pub(crate) enum Start<'a> {
+    /// Row `i` of `A` starts from `bias[i]`.
+    Bias(&'a [f32]),
+    Zero,
+    /// The value already in `C`.
+    Output,
+}
+
+/// Packs rows `k0 .. k0 + kc` × columns `j0 .. j0 + cols` (`cols <= NR`) of `B` into
+/// `dst` (`kc` rows of `NR`; columns from `cols` on must be written as zero).
+pub(crate) trait PackB {
+    fn pack(&self, k0: usize, kc: usize, j0: usize, cols: usize, dst: &mut [f32]);
+}
+
+thread_local! {
+    static B_BLOCK: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `C[i][j] = start_i + Σ_k A[i][k]·B[k][j]` for rows `rows` of `a` (the first a
+/// multiple of [`MR`]) and columns `columns` of `b`; `C[i][j]` is at
+/// `c + (i - rows.start)·ldc + j - columns.start`.
+///
+/// # Safety
+/// The CPU has AVX-512 ([`available`]); `c` points to the `rows.len() × columns.len()`
+/// block with row stride `ldc >= columns.len()`, which nothing else accesses during the
+/// call; `Start::Bias` has a value for every row of `rows`.
+pub(crate) unsafe fn gemm(
+    a: &PackedA,
+    rows: std::ops::Range<usize>,
+    columns: std::ops::Range<usize>,
+    start: Start,
+    b: &dyn PackB,
+    c: *mut f32,
+    ldc: usize,
+) {
+    debug_assert!(rows.start % MR == 0 && rows.end <= a.m);
+    let n = columns.len();
+    if rows.is_empty() || n == 0 {
+        return;
+    }
+    let k = a.k;
+    if k == 0 {
+        for i in rows.clone() {
+            let v = match start {
+                Start::Bias(bias) => bias[i],
+                Start::Zero => 0.0,
+                Start::Output => continue,
+            };
+            // SAFETY: row i of the caller's block.
+            unsafe { std::slice::from_raw_parts_mut(c.add((i - rows.start) * ldc), n).fill(v) };
+        }
+        return;
+    }
+    let mut block = B_BLOCK.with(|cell| cell.take());
+    block.resize(KC * NC, 0.0);
+    for j0 in (0..n).step_by(NC) {
+        let nc = NC.min(n - j0);
+        let panels = nc.div_ceil(NR);
+        for k0 in (0..k).step_by(KC) {
+            let kc = KC.min(k - k0);
+            for p in 0..panels {
+                let cols = NR.min(nc - p * NR);
+                b.pack(k0, kc, columns.start + j0 + p * NR, cols, &mut block[p * kc * NR..][..kc * NR]);
+            }
+            let from = if k0 == 0 { start } else { Start::Output };
+            for t0 in rows.clone().step_by(MR) {
+                let r = MR.min(rows.end - t0);
+                // Tile `t0 / MR` starts at `t0 · k`; its `k0`-th group at `k0 · MR`.
+                let at = a.data[t0 * k + k0 * MR..].as_ptr();
+                let bias = match from {
+                    Start::Bias(bias) => Some(&bias[t0..t0 + r]),
+                    _ => None,
+                };
+                for p in 0..panels {
+                    let cols = NR.min(nc - p * NR);
+                    // SAFETY: the tile reads `kc` groups of `MR` packed values of `a`
+                    // and `kc` rows of `NR` of the block, and accesses rows
+                    // `t0 .. t0 + r` × columns `j0 + p·NR ..` (`cols` of them) of the
+                    // caller's block.
+                    unsafe {
+                        let ct = c.add((t0 - rows.start) * ldc + j0 + p * NR);
+                        let bt = block.as_ptr().add(p * kc * NR);
+                        let load = matches!(from, Start::Output);
+                        tile(r, kc, at, bt, ct, ldc, cols, bias, load);
+                    }
+                }
+            }
+        }
+    }
+    B_BLOCK.with(|cell| cell.replace(block));
+}
+
+/// One register tile of `r <= MR` rows.
+///
+/// # Safety
+/// As in [`gemm`]'s body.
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile(
+    r: usize,
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    cols: usize,
+    bias: Option<&[f32]>,
+    load: bool,
+) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        let f = match r {
+            12 => avx512::tile::<12>,
+            11 => avx512::tile::<11>,
+            10 => avx512::tile::<10>,
+            9 => avx512::tile::<9>,
+            8 => avx512::tile::<8>,
+            7 => avx512::tile::<7>,
+            6 => avx512::tile::<6>,
+            5 => avx512::tile::<5>,
+            4 => avx512::tile::<4>,
+            3 => avx512::tile::<3>,
+            2 => avx512::tile::<2>,
+            _ => avx512::tile::<1>,
+        };
+        f(kc, a, b, c, ldc, cols, bias, load)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (r, kc, a, b, c, ldc, cols, bias, load);
+        unreachable!("the packed GEMM runs only where `available` said so");
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    /// Lanes `i < n` set, for `n` in `0..=16`.
+    #[inline]
+    fn mask(n: usize) -> __mmask16 {
+        ((1u32 << n.min(16)) - 1) as __mmask16
+    }
+
+    /// Writes `len` values to `out`: for column `c` in `c0 .. c0 + len`, the input
+    /// `src[c·s + off]` when `c` is in `[a, e)`, else zero. Padding lanes are masked off,
+    /// so they are never read.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; `src[c·s + off]` is readable for c in `[a, e)`, and `out`
+    /// has `len <= 32` writable values.
+    #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn copy_columns(
+        src: *const f32,
+        c0: usize,
+        len: usize,
+        a: usize,
+        e: usize,
+        s: usize,
+        off: isize,
+        out: *mut f32,
+    ) {
+        let stride = _mm512_mullo_epi32(
+            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+            _mm512_set1_epi32(s as i32),
+        );
+        for v in (0..len).step_by(16) {
+            // Lanes [v, v + 16) of the segment: in the data from `a` to `e`.
+            let lane = |c: usize| (c.saturating_sub(c0 + v)).min(16);
+            let data = mask(lane(e)) & !mask(lane(a));
+            let keep = mask(len - v);
+            // The pointer of lane 0 may lie before the row (its lane is masked off).
+            let first = src.wrapping_offset(((c0 + v) * s) as isize + off);
+            // SAFETY: only lanes in `data` are read, inside the row (see above); the
+            // store writes lanes below `len - v` of `out`.
+            unsafe {
+                let x = if s == 1 {
+                    _mm512_maskz_loadu_ps(data, first)
+                } else {
+                    _mm512_mask_i32gather_ps::<4>(_mm512_setzero_ps(), data, stride, first)
+                };
+                _mm512_mask_storeu_ps(out.add(v), keep, x);
+            }
+        }
+    }
+
+    /// `R` rows × `cols` (≤ 32) columns: starts from the bias (or zero), or from `c`
+    /// when `load`, adds `kc` products, stores into `c`.
+    #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn tile<const R: usize>(
+        kc: usize,
+        mut a: *const f32,
+        mut b: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        cols: usize,
+        bias: Option<&[f32]>,
+        load: bool,
+    ) {
+        let masks = [mask(cols), mask(cols.saturating_sub(16))];
+        let mut acc = [[_mm512_setzero_ps(); 2]; R];
+        // SAFETY (whole body): the caller vouches for `kc` groups of `MR` values at
+        // `a`, `kc` rows of `NR` at `b`, and `R` rows of `cols` values at `c`; masked-off
+        // lanes are neither read nor written.
+        unsafe {
+            for (i, acc) in acc.iter_mut().enumerate() {
+                for (v, acc) in acc.iter_mut().enumerate() {
+                    *acc = match bias {
+                        _ if load => _mm512_maskz_loadu_ps(masks[v], c.add(i * ldc + 16 * v)),
+                        Some(bias) => _mm512_set1_ps(bias[i]),
+                        None => _mm512_setzero_ps(),
+                    };
+                }
+            }
+            for _ in 0..kc {
+                let x0 = _mm512_loadu_ps(b);
+                let x1 = _mm512_loadu_ps(b.add(16));
+                for (i, acc) in acc.iter_mut().enumerate() {
+                    let w = _mm512_set1_ps(*a.add(i));
+                    acc[0] = _mm512_fmadd_ps(w, x0, acc[0]);
+                    acc[1] = _mm512_fmadd_ps(w, x1, acc[1]);
+                }
+                a = a.add(super::MR);
+                b = b.add(super::NR);
+            }
+            for (i, acc) in acc.iter().enumerate() {
+                for (v, &acc) in acc.iter().enumerate() {
+                    _mm512_mask_storeu_ps(c.add(i * ldc + 16 * v), masks[v], acc);
+                }
+            }
+        }
+    }
+}
+
+/// `B` given as a matrix: each panel row is copied (or gathered, for a transposed
+/// matrix) and padded with zeros.
+pub(crate) struct MatrixB<'a>(pub MatRef<'a, f32>);
+
+impl PackB for MatrixB<'_> {
+    fn pack(&self, k0: usize, kc: usize, j0: usize, cols: usize, dst: &mut [f32]) {
+        let b = self.0;
+        for (kk, row) in dst.chunks_exact_mut(NR).take(kc).enumerate() {
+            let first = (k0 + kk) * b.rs + j0 * b.cs;
+            if b.cs == 1 {
+                row[..cols].copy_from_slice(&b.data[first..first + cols]);
+            } else {
+                for (jj, d) in row[..cols].iter_mut().enumerate() {
+                    *d = b.data[first + jj * b.cs];
+                }
+            }
+            row[cols..].fill(0.0);
+        }
+    }
+}
+
+/// The implicit im2col matrix of one image group of a 2-D conv (`Win3` with a depth of
+/// one): row `c · k_vol + tap` (taps row-major over the kernel), column = output
+/// position (row-major over the output plane), value = the input under that tap, or
+/// zero in the padding.
+pub(crate) struct ConvB<'a> {
+    /// The group's input channels, `in_vol` values each.
+    pub x: &'a [f32],
+    pub g: &'a Win3,
+}
+
+impl PackB for ConvB<'_> {
+    fn pack(&self, k0: usize, kc: usize, j0: usize, cols: usize, dst: &mut [f32]) {
+        let g = self.g;
+        let (in_vol, k_vol) = (g.in_vol(), g.k_vol());
+        let iw = g.input[2];
+        let [_, _, ow] = g.out;
+        let [_, _, kw] = g.kernel;
+        if k_vol == 1 && g.stride == [1; 3] && g.pad == [0; 3] && g.out == g.input {
+            // Pointwise: row c is channel c's positions as they are.
+            for (kk, row) in dst.chunks_exact_mut(NR).take(kc).enumerate() {
+                row[..cols].copy_from_slice(&self.x[(k0 + kk) * in_vol + j0..][..cols]);
+                row[cols..].fill(0.0);
+            }
+            return;
+        }
+        // The panel's columns by output row: (output row, first column, count, offset
+        // in the panel).
+        let mut segs = [(0usize, 0usize, 0usize, 0usize); NR];
+        let mut nseg = 0;
+        let mut j = j0;
+        while j < j0 + cols {
+            let (r, c0) = (j / ow, j % ow);
+            let len = (ow - c0).min(j0 + cols - j);
+            segs[nseg] = (r, c0, len, j - j0);
+            nseg += 1;
+            j += len;
+        }
+        let segs = &segs[..nseg];
+        // Per kernel column: the output columns whose source is inside the input.
+        let mut ranges = [(0usize, 0usize, 0isize); 16];
+        let ranges = if kw <= ranges.len() {
+            for (tb, r) in ranges.iter_mut().enumerate().take(kw) {
+                *r = g.inner_range(tb);
+            }
+            &ranges[..kw]
+        } else {
+            &(0..kw).map(|tb| g.inner_range(tb)).collect::<Vec<_>>()[..]
+        };
+        for (kk, row) in dst.chunks_exact_mut(NR).take(kc).enumerate() {
+            let kr = k0 + kk;
+            let (ci, tap) = (kr / k_vol, kr % k_vol);
+            let (ta, tb) = (tap / kw, tap % kw);
+            let plane = &self.x[ci * in_vol..][..in_vol];
+            let (lo, hi, off) = ranges[tb];
+            row[cols..].fill(0.0);
+            for &(r, c0, len, d0) in segs {
+                let out = &mut row[d0..d0 + len];
+                let Some(h) = g.src(1, r, ta) else {
+                    out.fill(0.0);
+                    continue;
+                };
+                let src = &plane[h * iw..][..iw];
+                // Output columns [a, e) of the segment read the input.
+                let (a, e) = (lo.clamp(c0, c0 + len), hi.clamp(c0, c0 + len));
+                let s = g.stride[2];
+                #[cfg(target_arch = "x86_64")]
+                if available() {
+                    // SAFETY: AVX-512 was checked; lanes [a - c0, e - c0) read
+                    // `src[c * s + off]` for columns c in [a, e), inside the row by
+                    // `inner_range`, and the stores cover `out`'s `len` values.
+                    unsafe {
+                        avx512::copy_columns(src.as_ptr(), c0, len, a, e, s, off, out.as_mut_ptr())
+                    };
+                    continue;
+                }
+                if a >= e {
+                    out.fill(0.0);
+                    continue;
+                }
+                out[..a - c0].fill(0.0);
+                out[e - c0..].fill(0.0);
+                let first = (a * s) as isize + off;
+                for (i, d) in out[a - c0..e - c0].iter_mut().enumerate() {
+                    *d = src[(first + (i * s) as isize) as usize];
+                }
+            }
+        }
+    }
+}
+
+/// Whether a 2-D conv with `mg` output and `kdim` (input channels × taps) terms per
+/// group is faster here than on the direct kernel: the packed input is read by every
+/// tile of `MR` output channels, so the copy pays off once a group has a few tiles.
+pub(crate) fn conv_prefers(mg: usize, kdim: usize) -> bool {
+    mg >= 2 * MR && kdim >= 16
+}
+
+/// Conv weights `[m, cg, taps...]` packed per group.
+pub(crate) fn pack_conv_weights(w: &[f32], m: usize, group: usize, kdim: usize) -> Vec<PackedA> {
+    let mg = m / group;
+    (0..group)
+        .map(|g| PackedA::new(MatRef::row_major(&w[g * mg * kdim..][..mg * kdim], kdim), mg, kdim))
+        .collect()
+}
+
+/// Output channels per task when positions alone give few tasks.
+const M_CHUNK: usize = 4 * MR;
+/// Multiply-adds below which a conv runs on the calling thread.
+const SERIAL_WORK: usize = 1 << 20;
+
+/// `y = conv(x, w) + bias` for f32 NCHW data of a 2-D conv (a `Win3` of depth one), with
+/// `w` packed by [`pack_conv_weights`]; `y` is written in full. Tasks are (image,
+/// group, block of [`NC`] positions, chunk of output channels), fixed by the shapes.
+///
+/// The caller checks [`available`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn conv(
+    w: &[PackedA],
+    x: &[f32],
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    n: usize,
+    c: usize,
+    m: usize,
+    group: usize,
+    g: &Win3,
+) {
+    use rayon::prelude::*;
+    let (cg, mg) = (c / group, m / group);
+    let (in_vol, out_vol) = (g.in_vol(), g.out_vol());
+    let kdim = cg * g.k_vol();
+    assert!(available() && w.len() == group && w.iter().all(|p| p.rows() == mg && p.depth() == kdim));
+    assert!(x.len() >= n * c * in_vol && y.len() >= n * m * out_vol);
+    let blocks = out_vol.div_ceil(NC);
+    let m_chunk = if n * group * blocks < 4 && mg > M_CHUNK {
+        M_CHUNK
+    } else {
+        mg
+    };
+    let m_tasks = mg.div_ceil(m_chunk);
+    let tasks = n * group * blocks * m_tasks;
+    let yp = super::matmul::gemm_util::SendPtr(y.as_mut_ptr());
+    let task = |t: usize| {
+        let blk = t % blocks;
+        let mt = t / blocks % m_tasks;
+        let bg = t / blocks / m_tasks;
+        let (b, gi) = (bg / group, bg % group);
+        let xg = &x[(b * c + gi * cg) * in_vol..][..cg * in_vol];
+        let rows = mt * m_chunk..(mt * m_chunk + m_chunk).min(mg);
+        let cols = blk * NC..(blk * NC + NC).min(out_vol);
+        let start = match bias {
+            Some(bias) => Start::Bias(&bias[gi * mg..][..mg]),
+            None => Start::Zero,
+        };
+        let yp = yp;
+        // SAFETY: the task writes channels `gi·mg + rows` × positions `cols` of image
+        // `b`, which no other task writes, inside `y` (checked above); `available`
+        // was checked above.
+        unsafe {
+            let dst = yp.0.add((b * m + gi * mg + rows.start) * out_vol + cols.start);
+            gemm(&w[gi], rows, cols, start, &ConvB { x: xg, g }, dst, out_vol);
+        }
+    };
+    if tasks == 1 || n * m * out_vol * kdim < SERIAL_WORK || !crate::par::enabled() {
+        (0..tasks).for_each(task);
+    } else {
+        (0..tasks).into_par_iter().for_each(task);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::conv_direct::{self, Isa};
+
+    /// Values in [-1, 1) from a fixed generator.
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect()
+    }
+
+    /// A 2-D conv geometry: batch, input and output channels, groups, input rows and
+    /// columns, kernel, stride, dilation, pads (top, left; bottom and right alike).
+    struct Shape {
+        n: usize,
+        c: usize,
+        m: usize,
+        group: usize,
+        hw: [usize; 2],
+        k: [usize; 2],
+        s: [usize; 2],
+        d: [usize; 2],
+        p: [usize; 2],
+    }
+
+    fn win(sh: &Shape) -> Win3 {
+        let out =
+            |i: usize| (sh.hw[i] + 2 * sh.p[i] - (sh.k[i] - 1) * sh.d[i] - 1) / sh.s[i] + 1;
+        Win3 {
+            input: [1, sh.hw[0], sh.hw[1]],
+            out: [1, out(0), out(1)],
+            kernel: [1, sh.k[0], sh.k[1]],
+            stride: [1, sh.s[0], sh.s[1]],
+            dil: [1, sh.d[0], sh.d[1]],
+            pad: [0, sh.p[0] as isize, sh.p[1] as isize],
+        }
+    }
+
+    /// The conv on the packed GEMM (`isa` = None) or on the direct kernel.
+    fn run(sh: &Shape, isa: Option<Isa>, bias: bool) -> Vec<f32> {
+        let g = win(sh);
+        let kdim = sh.c / sh.group * g.k_vol();
+        let x = values(sh.n * sh.c * g.in_vol(), 1);
+        let w = values(sh.m * kdim, 2);
+        let b = values(sh.m, 3);
+        let b = bias.then_some(&b[..]);
+        let mut y = vec![f32::NAN; sh.n * sh.m * g.out_vol()];
+        match isa {
+            None => {
+                let packed = pack_conv_weights(&w, sh.m, sh.group, kdim);
+                conv(&packed, &x, b, &mut y, sh.n, sh.c, sh.m, sh.group, &g);
+            }
+            Some(isa) => conv_direct::conv(isa, &x, &w, b, &mut y, sh.n, sh.c, sh.m, sh.group, &g),
+        }
+        y
+    }
+
+    fn shapes() -> Vec<Shape> {
+        let base = Shape {
+            n: 1,
+            c: 16,
+            m: 24,
+            group: 1,
+            hw: [20, 40],
+            k: [3, 3],
+            s: [1, 1],
+            d: [1, 1],
+            p: [1, 1],
+        };
+        vec![
+            Shape { ..base },
+            // Row tiles with a tail (29 = 2·12 + 5), positions not a multiple of 32.
+            Shape {
+                m: 29,
+                hw: [7, 7],
+                ..base
+            },
+            // Several blocks of k (300 > 256) and of positions (> 384), pointwise.
+            Shape {
+                c: 300,
+                m: 30,
+                hw: [20, 21],
+                k: [1, 1],
+                p: [0, 0],
+                ..base
+            },
+            // Pointwise with a stride, 3x3 with stride 2, uneven strides.
+            Shape {
+                c: 40,
+                m: 26,
+                hw: [15, 17],
+                k: [1, 1],
+                s: [2, 2],
+                p: [0, 0],
+                ..base
+            },
+            Shape {
+                c: 8,
+                m: 48,
+                hw: [31, 45],
+                s: [2, 2],
+                ..base
+            },
+            Shape {
+                c: 5,
+                m: 36,
+                hw: [13, 19],
+                k: [3, 5],
+                s: [1, 3],
+                p: [2, 1],
+                ..base
+            },
+            // Dilation, groups and a batch; an output channel chunk split (few positions).
+            Shape {
+                n: 2,
+                c: 16,
+                m: 52,
+                group: 2,
+                hw: [12, 12],
+                d: [2, 2],
+                p: [2, 2],
+                ..base
+            },
+            Shape {
+                c: 64,
+                m: 200,
+                hw: [4, 4],
+                ..base
+            },
+            // 1-D (one row), rows narrower than a panel, a 7x7 stride-2 stem.
+            Shape {
+                c: 24,
+                m: 25,
+                hw: [1, 70],
+                k: [1, 5],
+                p: [0, 2],
+                ..base
+            },
+            Shape {
+                c: 3,
+                m: 24,
+                hw: [30, 30],
+                k: [7, 7],
+                s: [2, 2],
+                p: [3, 3],
+                ..base
+            },
+        ]
+    }
+
+    /// The packed GEMM sums each output as the direct kernels do (bias, then input
+    /// channels and taps in order, fused multiply-adds), so all three give the same
+    /// bits: with and without a bias, on full and partial tiles, several blocks of `k`
+    /// and positions, strides, dilation, padding, groups and batches.
+    #[test]
+    fn same_bits_as_the_direct_kernels() {
+        if !available() {
+            eprintln!("skipped: this CPU lacks AVX-512");
+            return;
+        }
+        for (i, sh) in shapes().iter().enumerate() {
+            for bias in [true, false] {
+                let packed = run(sh, None, bias);
+                for isa in [Isa::Avx512, Isa::Avx2Fma] {
+                    let direct = run(sh, Some(isa), bias);
+                    let same = packed.iter().zip(&direct).all(|(p, q)| p.to_bits() == q.to_bits());
+                    assert!(same, "shape {i} (bias {bias}): packed and {isa:?} differ");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn thread_count_independent() {
+        if !available() {
+            eprintln!("skipped: this CPU lacks AVX-512");
+            return;
+        }
+        let sh = Shape {
+            n: 1,
+            c: 64,
+            m: 120,
+            group: 1,
+            hw: [9, 9],
+            k: [3, 3],
+            s: [1, 1],
+            d: [1, 1],
+            p: [1, 1],
+        };
+        let on = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            pool.install(|| run(&sh, None, true))
+        };
+        let (one, three) = (on(1), on(3));
+        assert!(one.iter().zip(&three).all(|(p, q)| p.to_bits() == q.to_bits()));
+    }
+
+    /// Matrix products against an f64 reference: row tails, column tails, several
+    /// blocks of `k`, a transposed `B`, and sums added to what `C` holds.
+    #[test]
+    fn matrix_products() {
+        if !available() {
+            eprintln!("skipped: this CPU lacks AVX-512");
+            return;
+        }
+        for (m, n, k) in [(1, 1, 1), (13, 33, 7), (25, 400, 300), (12, 32, 0), (40, 70, 520)] {
+            let a = values(m * k, 4);
+            let b = values(k * n, 5);
+            let bt: Vec<f32> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
+            let c0 = values(m * n, 6);
+            let want = |i: usize, j: usize| {
+                (0..k).map(|p| a[i * k + p] as f64 * b[p * n + j] as f64).sum::<f64>()
+            };
+            let pa = PackedA::new(MatRef::row_major(&a, k), m, k);
+            for (bm, start) in [
+                (MatRef::row_major(&b, n), Start::Zero),
+                (MatRef::transposed(&bt, k), Start::Output),
+            ] {
+                let mut c = c0.clone();
+                // SAFETY: AVX-512 checked above; `c` is m × n with row stride n.
+                unsafe { gemm(&pa, 0..m, 0..n, start, &MatrixB(bm), c.as_mut_ptr(), n) };
+                for i in 0..m {
+                    for j in 0..n {
+                        let base = if matches!(start, Start::Output) { c0[i * n + j] as f64 } else { 0.0 };
+                        let e = base + want(i, j);
+                        let got = c[i * n + j] as f64;
+                        assert!((got - e).abs() <= 1e-4 * (1.0 + e.abs()), "{m}x{n}x{k} ({i},{j}): {got} vs {e}");
+                    }
+                }
+            }
+        }
+    }
+}
