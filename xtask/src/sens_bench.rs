@@ -309,7 +309,7 @@ fn summary(rows: &[Row], threads: &[usize]) {
     }
     println!();
     println!(
-        "scaling from {one} to {most} threads (time at {one} / time at {most}); sharding into processes is not measured (no --shard on main)"
+        "scaling from {one} to {most} threads (time at {one} / time at {most}); N processes of one thread each (--shard I/N) are not measured by this bench yet"
     );
     println!("{:<28} {:>10} {:>10} {:>14}", "model", "ours", "probes", "onnxruntime");
     let mut labels: Vec<&str> = rows.iter().map(|r| r.label.as_str()).collect();
