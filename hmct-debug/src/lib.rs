@@ -17,3 +17,4 @@ pub mod report;
 pub mod runall;
 pub mod sensitivity;
 pub mod sensitivity_analysis;
+pub mod task_metric;
