@@ -50,19 +50,27 @@ fn float_outputs(model: &Model, data: &Path) -> Vec<Vec<Vec<f32>>> {
         .collect()
 }
 
+/// Per output the mean cosine over samples, then the mean over outputs (what the
+/// tensor-metric search computes).
 fn mean_cosine(outputs: &Outputs, reference: &[Vec<Vec<f32>>]) -> f64 {
-    let per_sample: Vec<f64> = outputs
-        .iter()
-        .zip(reference)
-        .map(|(o, r)| {
-            let mut stats = PairStats::new();
-            stats
-                .update(&r[0], o[0].as_f32().unwrap().as_slice().unwrap())
-                .unwrap();
-            stats.metric(Metric::CosineSimilarity)
+    let n_outputs = reference[0].len();
+    let per_output: Vec<f64> = (0..n_outputs)
+        .map(|k| {
+            let sum: f64 = outputs
+                .iter()
+                .zip(reference)
+                .map(|(o, r)| {
+                    let mut stats = PairStats::new();
+                    stats
+                        .update(&r[k], o[k].as_f32().unwrap().as_slice().unwrap())
+                        .unwrap();
+                    stats.metric(Metric::CosineSimilarity)
+                })
+                .sum();
+            sum / outputs.len() as f64
         })
         .collect();
-    per_sample.iter().sum::<f64>() / per_sample.len() as f64
+    per_output.iter().sum::<f64>() / n_outputs as f64
 }
 
 fn engine(model: &Model, data: &Path) -> Engine {
