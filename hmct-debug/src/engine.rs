@@ -31,7 +31,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -60,6 +60,9 @@ pub enum EngineError {
     ZeroDataNum,
     #[error("cannot compare '{value}': {message}")]
     Compare { value: String, message: String },
+    /// The flag given to [`Engine::set_cancel_flag`] was raised.
+    #[error("cancelled")]
+    Cancelled,
 }
 
 impl EngineError {
@@ -293,6 +296,8 @@ pub struct Engine {
     cache_bytes: Option<usize>,
     cache: Mutex<Cache>,
     scores: Mutex<Scoreboard>,
+    /// Raised by the caller to stop a call between tasks (see [`Engine::set_cancel_flag`]).
+    cancel: Option<Arc<AtomicBool>>,
 }
 
 /// Every metric ([`Metric::ALL`] order) of one value of one probe on one sample,
@@ -346,7 +351,23 @@ impl Engine {
             cache_bytes: options.cache_bytes,
             cache: Mutex::new(Cache::default()),
             scores: Mutex::new(HashMap::new()),
+            cancel: None,
         })
+    }
+
+    /// Makes every later call check `flag` before each capture and each probe task,
+    /// and fail with [`EngineError::Cancelled`] once it is raised: an interactive
+    /// caller (Ctrl-C in Python) stops a long sweep within one model run. Figures
+    /// remembered before the flag was raised stay valid.
+    pub fn set_cancel_flag(&mut self, flag: Arc<AtomicBool>) {
+        self.cancel = Some(flag);
+    }
+
+    fn check_cancelled(&self) -> Result<(), EngineError> {
+        match &self.cancel {
+            Some(flag) if flag.load(Ordering::Relaxed) => Err(EngineError::Cancelled),
+            _ => Ok(()),
+        }
     }
 
     pub fn model(&self) -> &Model {
@@ -489,6 +510,7 @@ impl Engine {
         if let Some(v) = self.lock_cache().entries.get(&key) {
             return Ok((v.clone(), true));
         }
+        self.check_cancelled()?;
         let inputs = self.data.sample(sample)?;
         let refs: Vec<(&str, Tensor)> = inputs
             .into_iter()
@@ -696,6 +718,7 @@ impl Engine {
             tasks
                 .par_iter()
                 .map(|&(p, b)| {
+                    self.check_cancelled()?;
                     let caps = &batch[b];
                     let (known, base_cfg) = match probes[p].base {
                         Base::Float => (&*caps.float, &base_configs[0]),

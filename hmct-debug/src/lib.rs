@@ -18,3 +18,4 @@ pub mod runall;
 pub mod sensitivity;
 pub mod sensitivity_analysis;
 pub mod shard;
+pub mod task_metric;

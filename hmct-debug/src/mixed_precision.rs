@@ -263,7 +263,7 @@ pub enum Stage {
     Search,
 }
 
-fn ir_qtype(q: PromoteQType) -> QType {
+pub(crate) fn ir_qtype(q: PromoteQType) -> QType {
     match q {
         PromoteQType::Int16 => QType::INT16,
         PromoteQType::Float32 => QType::Float32,
@@ -354,19 +354,36 @@ fn check_ranking(
 }
 
 /// One ranked candidate and the calibration nodes (plan indices) it promotes.
-struct Candidate {
-    name: String,
-    sensitivity: f64,
-    calibrations: Vec<usize>,
+pub(crate) struct Candidate {
+    pub name: String,
+    pub sensitivity: f64,
+    pub calibrations: Vec<usize>,
 }
 
-/// Runs the search. `progress` gets (stage, done, total).
-pub fn mixed_precision(
+/// The ranked candidates and the cumulative settings of every step of a search.
+pub(crate) struct Steps {
+    pub samples: usize,
+    pub compared: Vec<hmct_quant::Slot>,
+    pub candidates: Vec<Candidate>,
+    /// Steps after step 0 the budget allows.
+    pub max_steps: usize,
+    /// `step_overrides[k]`: the settings of step k (the first k candidates promoted).
+    pub step_overrides: Vec<Vec<(usize, Override)>>,
+    /// `step_changed[k]`: the calibration nodes step k adds.
+    pub step_changed: Vec<Vec<usize>>,
+    /// `own_overrides[k]`: the settings of candidate k alone (all its calibration
+    /// nodes, shared ones included).
+    pub own_overrides: Vec<Vec<(usize, Override)>>,
+    pub timings: Timings,
+}
+
+/// Ranks the quantized regular nodes and builds the steps of a search (the budget,
+/// output nodes, qtype and data_num of `options`; not the target).
+pub(crate) fn prepare_steps(
     engine: &Engine,
     options: &MixedPrecisionOptions,
     progress: &(dyn Fn(Stage, usize, usize) + Sync),
-) -> Result<MixedPrecision, MixedPrecisionError> {
-    check_target(options.metric, options.target)?;
+) -> Result<Steps, MixedPrecisionError> {
     if options.budget == Some(0) {
         return Err(MixedPrecisionError::ZeroBudget);
     }
@@ -442,13 +459,12 @@ pub fn mixed_precision(
     let mut step_overrides: Vec<Vec<(usize, Override)>> = vec![Vec::new()];
     let mut step_changed: Vec<Vec<usize>> = vec![Vec::new()];
     let mut seen: HashSet<usize> = HashSet::new();
+    let mut own_overrides: Vec<Vec<(usize, Override)>> = Vec::new();
     for cand in &candidates[..max_steps] {
         let mut overrides = step_overrides.last().cloned().unwrap_or_default();
         let mut changed = Vec::new();
+        let mut own = Vec::new();
         for &c in &cand.calibrations {
-            if !seen.insert(c) {
-                continue;
-            }
             let pc = &engine.plan().calibrations()[c];
             let setting = model
                 .calibration(pc.graph_index)
@@ -459,17 +475,51 @@ pub fn mixed_precision(
                     qtype: options.qtype,
                     message,
                 })?;
-            overrides.push((c, Override::Set(setting)));
-            changed.push(c);
+            own.push((c, Override::Set(setting.clone())));
+            if seen.insert(c) {
+                overrides.push((c, Override::Set(setting)));
+                changed.push(c);
+            }
         }
         step_overrides.push(overrides);
         step_changed.push(changed);
+        own_overrides.push(own);
     }
+
+    Ok(Steps {
+        samples,
+        compared,
+        candidates,
+        max_steps,
+        step_overrides,
+        step_changed,
+        own_overrides,
+        timings: ranking.timings,
+    })
+}
+
+/// Runs the search. `progress` gets (stage, done, total).
+pub fn mixed_precision(
+    engine: &Engine,
+    options: &MixedPrecisionOptions,
+    progress: &(dyn Fn(Stage, usize, usize) + Sync),
+) -> Result<MixedPrecision, MixedPrecisionError> {
+    check_target(options.metric, options.target)?;
+    let Steps {
+        samples,
+        compared,
+        candidates,
+        max_steps,
+        step_overrides,
+        step_changed,
+        timings: ranking_timings,
+        ..
+    } = prepare_steps(engine, options, progress)?;
 
     let batch = options.batch.max(1);
     let total_steps = max_steps + 1;
     let mut values: Vec<f64> = Vec::new();
-    let mut timings = ranking.timings;
+    let mut timings = ranking_timings;
     let mut reached_at = None;
     while values.len() < total_steps && reached_at.is_none() {
         let start = values.len();

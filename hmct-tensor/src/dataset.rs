@@ -17,12 +17,15 @@ pub struct InputSpec {
 }
 
 /// The sample files of a data folder, matched to the model's inputs; tensors are read
-/// on demand so memory does not grow with the number of samples.
+/// on demand so memory does not grow with the number of samples. A dataset may also
+/// hold its samples in memory ([`Dataset::from_tensors`]); `files` then holds labels.
 #[derive(Clone, Debug)]
 pub struct Dataset {
     inputs: Vec<InputSpec>,
     /// `files[input][sample]`.
     files: Vec<Vec<PathBuf>>,
+    /// `memory[input][sample]`, for datasets built from tensors.
+    memory: Option<std::sync::Arc<Vec<Vec<Tensor>>>>,
 }
 
 /// The name an input may have on disk.
@@ -83,26 +86,57 @@ impl Dataset {
             }
         }
         let counts: Vec<usize> = files.iter().map(Vec::len).collect();
-        if counts.iter().any(|&c| c != counts[0]) {
-            let detail: Vec<String> = inputs
-                .iter()
-                .zip(&counts)
-                .map(|(i, c)| format!("'{}': {c}", i.name))
-                .collect();
-            return Err(TensorError::invalid(
-                &ctx,
-                format!(
-                    "inputs have different sample counts ({})",
-                    detail.join(", ")
-                ),
-            ));
-        }
+        check_counts(&ctx, inputs, &counts)?;
         if counts[0] == 0 {
             return Err(TensorError::invalid(&ctx, "no .npy samples"));
         }
         Ok(Dataset {
             inputs: inputs.to_vec(),
             files,
+            memory: None,
+        })
+    }
+
+    /// A dataset of samples already in memory: `samples[input]` holds the tensors of
+    /// `inputs[input]`, one per sample. Every tensor is checked against its input like
+    /// a file would be; errors name it as `'<input>'[<sample>]`.
+    pub fn from_tensors(
+        inputs: &[InputSpec],
+        samples: Vec<Vec<Tensor>>,
+    ) -> Result<Dataset, TensorError> {
+        let ctx = "calibration data";
+        if inputs.is_empty() {
+            return Err(TensorError::invalid(ctx, "the model has no inputs to feed"));
+        }
+        if samples.len() != inputs.len() {
+            return Err(TensorError::invalid(
+                ctx,
+                format!(
+                    "{} input(s) given for a model with {}",
+                    samples.len(),
+                    inputs.len()
+                ),
+            ));
+        }
+        let counts: Vec<usize> = samples.iter().map(Vec::len).collect();
+        check_counts(ctx, inputs, &counts)?;
+        if counts[0] == 0 {
+            return Err(TensorError::invalid(ctx, "no samples"));
+        }
+        let mut files = Vec::with_capacity(inputs.len());
+        for (spec, tensors) in inputs.iter().zip(&samples) {
+            let labels: Vec<PathBuf> = (0..tensors.len())
+                .map(|i| PathBuf::from(format!("'{}'[{i}]", spec.name)))
+                .collect();
+            for (t, label) in tensors.iter().zip(&labels) {
+                check(spec, t, label)?;
+            }
+            files.push(labels);
+        }
+        Ok(Dataset {
+            inputs: inputs.to_vec(),
+            files,
+            memory: Some(std::sync::Arc::new(samples)),
         })
     }
 
@@ -115,7 +149,7 @@ impl Dataset {
         self.len() == 0
     }
 
-    /// The file of `input` for `sample`.
+    /// The file of `input` for `sample` (a label for in-memory datasets).
     pub fn file(&self, input: usize, sample: usize) -> &Path {
         &self.files[input][sample]
     }
@@ -123,6 +157,12 @@ impl Dataset {
     /// Reads sample `i`: one checked tensor per input, in input order.
     pub fn sample(&self, i: usize) -> Result<Vec<(String, Tensor)>, TensorError> {
         let mut out = Vec::with_capacity(self.inputs.len());
+        if let Some(memory) = &self.memory {
+            for (k, spec) in self.inputs.iter().enumerate() {
+                out.push((spec.name.clone(), memory[k][i].clone()));
+            }
+            return Ok(out);
+        }
         for (k, spec) in self.inputs.iter().enumerate() {
             let path = &self.files[k][i];
             let t = read_npy(path)?;
@@ -131,6 +171,22 @@ impl Dataset {
         }
         Ok(out)
     }
+}
+
+/// Every input must have the same number of samples.
+fn check_counts(ctx: &str, inputs: &[InputSpec], counts: &[usize]) -> Result<(), TensorError> {
+    if counts.iter().all(|&c| c == counts[0]) {
+        return Ok(());
+    }
+    let detail: Vec<String> = inputs
+        .iter()
+        .zip(counts)
+        .map(|(i, c)| format!("'{}': {c}", i.name))
+        .collect();
+    Err(TensorError::invalid(
+        ctx,
+        format!("inputs have different sample counts ({})", detail.join(", ")),
+    ))
 }
 
 fn check(spec: &InputSpec, t: &Tensor, path: &Path) -> Result<(), TensorError> {
@@ -234,6 +290,23 @@ mod tests {
             .map(|i| ds.sample(i).unwrap()[0].1.as_f32().unwrap()[[0, 0]])
             .collect();
         assert_eq!(firsts, vec![0., 1., 2., 10.]);
+    }
+
+    #[test]
+    fn in_memory_samples_are_checked_and_served() {
+        let t = |v: f32| Tensor::from_f32(&[1, 2], vec![v, 0.]).unwrap();
+        let ds = Dataset::from_tensors(&[spec("x")], vec![vec![t(1.), t(2.)]]).unwrap();
+        assert_eq!(ds.len(), 2);
+        assert_eq!(ds.sample(1).unwrap()[0].1, t(2.));
+        let bad = Tensor::from_f32(&[1, 3], vec![0.; 3]).unwrap();
+        let e = Dataset::from_tensors(&[spec("x")], vec![vec![t(1.), bad]])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("'x'[1]") && e.contains("shape"), "{e}");
+        let e = Dataset::from_tensors(&[spec("a"), spec("b")], vec![vec![t(1.)], vec![]])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("different sample counts"), "{e}");
     }
 
     #[test]
