@@ -61,7 +61,9 @@ pub(crate) fn shard_arg(
     };
     let shard = value.parse().map_err(usage)?;
     if !json {
-        return Err(usage("--shard writes a part file: give it with --json FILE"));
+        return Err(usage(
+            "--shard writes a part file: give it with --json FILE",
+        ));
     }
     if save_dir {
         return Err(usage(

@@ -72,7 +72,11 @@ pub struct Args {
     pub json: Option<PathBuf>,
     /// Rank without these samples (numbered from 0), e.g. "7" or "[6,7]"; they are
     /// still run, and their per-sample figures kept.
-    #[arg(long = "exclude-samples", visible_alias = "exclude_samples", value_name = "LIST")]
+    #[arg(
+        long = "exclude-samples",
+        visible_alias = "exclude_samples",
+        value_name = "LIST"
+    )]
     pub exclude_samples: Option<String>,
     /// Run part I of N of the candidates (1-based), balanced by estimated cost, into
     /// the part file given by --json; `merge` puts the parts together.
@@ -121,7 +125,11 @@ fn parse(args: &Args) -> Result<Parsed> {
         Some(v) => common::sample_list("--exclude-samples", v)?,
         None => Vec::new(),
     };
-    let shard = common::shard_arg(args.shard.as_deref(), args.json.is_some(), args.save_dir.is_some())?;
+    let shard = common::shard_arg(
+        args.shard.as_deref(),
+        args.json.is_some(),
+        args.save_dir.is_some(),
+    )?;
     Ok(Parsed {
         options: SensitivityOptions {
             node_type,

@@ -63,7 +63,11 @@ fn sensitivity_shards_merge_into_the_unsharded_result() {
     for (node_type, extra, count) in [
         ("node", None, 3),
         ("activation", None, 7),
-        ("node", Some("[['conv2d_1','conv2d_2'],'conv2d_3','conv2d_4',['conv2d_1']]"), 3),
+        (
+            "node",
+            Some("[['conv2d_1','conv2d_2'],'conv2d_3','conv2d_4',['conv2d_1']]"),
+            3,
+        ),
     ] {
         let mut args = vec!["-m", "['cosine-similarity','mse']", "-n", node_type];
         if let Some(groups) = extra {
@@ -94,7 +98,11 @@ fn sensitivity_shards_merge_into_the_unsharded_result() {
         assert_eq!(ok(&out), printed, "{tag}");
         assert_eq!(read(&merged), read(&whole), "{tag}");
         let log = format!("sensitivity_of_{node_type}.log");
-        assert_eq!(read(&merged_dir.join(&log)), read(&whole_dir.join(&log)), "{tag}");
+        assert_eq!(
+            read(&merged_dir.join(&log)),
+            read(&whole_dir.join(&log)),
+            "{tag}"
+        );
 
         // Every part names its shard and the whole sweep's digests; the entries of
         // the parts are the whole's, each once.
@@ -106,7 +114,13 @@ fn sensitivity_shards_merge_into_the_unsharded_result() {
             assert_eq!(p["shard"]["shard"]["count"], count);
             assert_eq!(p["model_digest"], whole_json["model_digest"]);
             assert_eq!(p["data_digest"], whole_json["data_digest"]);
-            indices.extend(p["entries"].as_array().unwrap().iter().map(|e| e["index"].as_u64().unwrap()));
+            indices.extend(
+                p["entries"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|e| e["index"].as_u64().unwrap()),
+            );
         }
         indices.sort_unstable();
         let n = whole_json["entries"].as_array().unwrap().len() as u64;
@@ -118,7 +132,10 @@ fn sensitivity_shards_merge_into_the_unsharded_result() {
 fn the_model_digest_is_the_files_sha256() {
     let Some(f) = fixture() else { return };
     let json = f.path("digest.json");
-    ok(&f.run("get-sensitivity-of-nodes", &["--json", json.to_str().unwrap()]));
+    ok(&f.run(
+        "get-sensitivity-of-nodes",
+        &["--json", json.to_str().unwrap()],
+    ));
     let Ok(out) = Command::new("sha256sum").arg(&f.model).output() else {
         eprintln!("skipped: no sha256sum");
         return;
@@ -225,8 +242,14 @@ fn shard_arguments_are_checked() {
         (vec!["--shard", "0/3", "--json", j], "is not I/N"),
         (vec!["--shard", "4/3", "--json", j], "is not I/N"),
         (vec!["--shard", "1/3"], "give it with --json"),
-        (vec!["--shard", "1/3", "--json", j, "-s", "d"], "pass it to `merge`"),
-        (vec!["--exclude-samples", "9"], "sample 9 is not among the 8"),
+        (
+            vec!["--shard", "1/3", "--json", j, "-s", "d"],
+            "pass it to `merge`",
+        ),
+        (
+            vec!["--exclude-samples", "9"],
+            "sample 9 is not among the 8",
+        ),
         (vec!["--exclude-samples", "a"], "'a' is not a sample number"),
     ] {
         refused(&f.run("get-sensitivity-of-nodes", &args), message);
@@ -234,5 +257,8 @@ fn shard_arguments_are_checked() {
     }
     // A whole result is not a part.
     ok(&f.run("get-sensitivity-of-nodes", &["--json", j]));
-    refused(&merge(&[json.clone()], &[]), "not a shard's part");
+    refused(
+        &merge(std::slice::from_ref(&json), &[]),
+        "not a shard's part",
+    );
 }

@@ -281,7 +281,9 @@ fn observe(
         overrides: Vec::new(),
     };
     let outputs = engine.model_output_slots();
-    let reduce = |view: &ProbeView<'_>| -> Result<(Vec<usize>, Vec<Stats>, Vec<Stats>), EngineError> {
+    // Per sample: NaN/inf count per input, stats per activation, stats per output.
+    type SampleStats = (Vec<usize>, Vec<Stats>, Vec<Stats>);
+    let reduce = |view: &ProbeView<'_>| -> Result<SampleStats, EngineError> {
         let mut bad_inputs = Vec::with_capacity(inputs.len());
         for (_, slot) in &inputs {
             bad_inputs.push(Stats::of(&*view.float_value(*slot)?, None).non_finite);
@@ -854,7 +856,9 @@ pub fn degenerate_samples(outputs: &[OutputSamples], excluded: &[usize]) -> Vec<
             let scale = o.max_abs.iter().fold(0.0f64, |a, b| a.max(*b));
             let resolution = f64::from(f32::EPSILON) * scale;
             let why = if bad > 0 {
-                format!("the float model's output holds {bad} NaN/inf value(s): every metric is nan")
+                format!(
+                    "the float model's output holds {bad} NaN/inf value(s): every metric is nan"
+                )
             } else if m == 0.0 {
                 "the float model's output is all zero: cosine is undefined and relative metrics divide by zero".to_string()
             } else if m <= DEGENERATE_STEPS * resolution {

@@ -326,13 +326,22 @@ fn check_ranking(
     let bad = |why: String| Err(MixedPrecisionError::RankingMismatch(why));
     let o = &ranking.options;
     if let Some(part) = &ranking.shard {
-        return bad(format!("it is shard {} only; merge the parts first", part.shard));
+        return bad(format!(
+            "it is shard {} only; merge the parts first",
+            part.shard
+        ));
     }
     if o.node_type != NodeType::Node || o.interested_nodes.is_some() {
-        return bad("it does not rank every quantized regular node (node type node, no interested nodes)".into());
+        return bad(
+            "it does not rank every quantized regular node (node type node, no interested nodes)"
+                .into(),
+        );
     }
     if o.metrics.first() != Some(&options.metric) {
-        return bad(format!("it is ranked on {:?}, the search on {}", o.metrics, options.metric));
+        return bad(format!(
+            "it is ranked on {:?}, the search on {}",
+            o.metrics, options.metric
+        ));
     }
     if o.output_nodes != options.output_nodes {
         return bad(format!(
@@ -341,7 +350,10 @@ fn check_ranking(
         ));
     }
     if o.data_num != samples {
-        return bad(format!("it uses {} sample(s), the search {samples}", o.data_num));
+        return bad(format!(
+            "it uses {} sample(s), the search {samples}",
+            o.data_num
+        ));
     }
     let here = crate::shard::Provenance::of(engine, samples)?;
     if here.model_digest != ranking.model_digest {

@@ -99,10 +99,16 @@ pub struct PrecisionRow {
     pub end_to_end: Errors,
     pub per_layer: Errors,
     /// `(1 − cos_e2e) / (1 − cos_layer)`, see the module docs.
-    #[serde(serialize_with = "json::opt_number", deserialize_with = "json::de_opt_number")]
+    #[serde(
+        serialize_with = "json::opt_number",
+        deserialize_with = "json::de_opt_number"
+    )]
     pub amplification_cosine: Option<f64>,
     /// `mse_e2e / mse_layer`, see the module docs.
-    #[serde(serialize_with = "json::opt_number", deserialize_with = "json::de_opt_number")]
+    #[serde(
+        serialize_with = "json::opt_number",
+        deserialize_with = "json::de_opt_number"
+    )]
     pub amplification_mse: Option<f64>,
 }
 

@@ -489,7 +489,11 @@ impl<'a> Page<'a> {
                     .output
                     .as_ref()
                     .map_or(String::new(), |o| format!(" of '{o}'"));
-                let excluded = if w.excluded { " (left out of the ranking)" } else { "" };
+                let excluded = if w.excluded {
+                    " (left out of the ranking)"
+                } else {
+                    ""
+                };
                 self.note(&format!(
                     "Degenerate sample {}{output}: {}{excluded}.",
                     w.sample, w.why

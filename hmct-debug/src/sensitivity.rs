@@ -30,8 +30,7 @@ use std::marker::PhantomData;
 
 use hmct_ir::{NodeId, QType, TensorType};
 use hmct_metrics::{
-    Metric, Table, format_value, python_repr, sensitivity_header, sensitivity_row,
-    sort_worst_first,
+    Metric, Table, format_value, python_repr, sensitivity_header, sensitivity_row, sort_worst_first,
 };
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::ser::{SerializeMap, Serializer};
@@ -120,7 +119,9 @@ pub enum SensitivityError {
     InterestedNotQuantized(Vec<(String, &'static str)>),
     #[error("interested_nodes has an empty group")]
     EmptyGroup,
-    #[error("exclude_samples: sample {sample} is not among the {samples} sample(s) used (they are numbered from 0)")]
+    #[error(
+        "exclude_samples: sample {sample} is not among the {samples} sample(s) used (they are numbered from 0)"
+    )]
     ExcludedOutOfRange { sample: usize, samples: usize },
     #[error("exclude_samples leaves no sample to rank on")]
     AllExcluded,
@@ -255,7 +256,9 @@ impl Serialize for MetricValues {
 impl<'de> Deserialize<'de> for MetricValues {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let pairs = d.deserialize_map(MetricMap::<Number>(PhantomData))?;
-        Ok(MetricValues(pairs.into_iter().map(|(m, v)| (m, v.0)).collect()))
+        Ok(MetricValues(
+            pairs.into_iter().map(|(m, v)| (m, v.0)).collect(),
+        ))
     }
 }
 
@@ -427,7 +430,11 @@ impl Sensitivity {
             ));
         }
         if !self.excluded_samples.is_empty() {
-            let list: Vec<String> = self.excluded_samples.iter().map(ToString::to_string).collect();
+            let list: Vec<String> = self
+                .excluded_samples
+                .iter()
+                .map(ToString::to_string)
+                .collect();
             text.push_str(&format!(
                 "ranked without sample(s) {} of {}\n",
                 list.join(", "),

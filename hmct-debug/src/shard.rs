@@ -424,10 +424,7 @@ pub fn check_coverage(
             match owner.get(i) {
                 None => return Err(corrupt(format!("candidate index {i} is out of range"))),
                 Some(Some(q)) => {
-                    return Err(corrupt(format!(
-                        "candidate {i} is also in {}",
-                        labels[*q]
-                    )));
+                    return Err(corrupt(format!("candidate {i} is also in {}", labels[*q])));
                 }
                 Some(None) => owner[i] = Some(p),
             }
@@ -476,8 +473,8 @@ impl Sha256 {
     fn new() -> Sha256 {
         Sha256 {
             state: [
-                0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c,
-                0x1f83d9ab, 0x5be0cd19,
+                0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab,
+                0x5be0cd19,
             ],
             buffer: Vec::with_capacity(64),
             length: 0,
@@ -594,8 +591,14 @@ mod tests {
 
     #[test]
     fn shard_syntax() {
-        assert_eq!("2/8".parse::<Shard>().unwrap(), Shard { index: 2, count: 8 });
-        assert_eq!(" 1 / 1 ".parse::<Shard>().unwrap(), Shard { index: 1, count: 1 });
+        assert_eq!(
+            "2/8".parse::<Shard>().unwrap(),
+            Shard { index: 2, count: 8 }
+        );
+        assert_eq!(
+            " 1 / 1 ".parse::<Shard>().unwrap(),
+            Shard { index: 1, count: 1 }
+        );
         for bad in ["0/3", "4/3", "3", "a/3", "1/0", "-1/3", "1/3/4", ""] {
             assert!(bad.parse::<Shard>().is_err(), "{bad}");
         }
@@ -608,7 +611,10 @@ mod tests {
         // More shards than items: the extra shards stay empty.
         assert_eq!(partition(&[5, 5], 3), vec![0, 1]);
         // Equal candidates share a shard.
-        assert_eq!(partition_groups(&["a", "b", "a"], &[4, 4, 4], 2), vec![0, 1, 0]);
+        assert_eq!(
+            partition_groups(&["a", "b", "a"], &[4, 4, 4], 2),
+            vec![0, 1, 0]
+        );
     }
 
     proptest! {

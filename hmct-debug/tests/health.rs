@@ -214,7 +214,10 @@ fn an_all_zero_weight_channel_is_reported() {
         .cloned()
         .partition(|f| f.check == Check::DegenerateSample);
     let d = only(&degenerate);
-    assert_eq!((d.node.as_str(), number(d, "sample"), number(d, "max_abs")), ("z", 0.0, 0.0));
+    assert_eq!(
+        (d.node.as_str(), number(d, "sample"), number(d, "max_abs")),
+        ("z", 0.0, 0.0)
+    );
     assert!(d.message.contains("all zero"), "{}", d.message);
     let f = only(&rest);
     assert_eq!((f.check, f.severity), (Check::ZeroChannel, Severity::Info));

@@ -244,9 +244,18 @@ fn excluded_samples_are_checked() {
         .unwrap_err()
     };
     let e1 = err(vec![1], Some(1));
-    assert!(matches!(e1, SensitivityError::ExcludedOutOfRange { sample: 1, samples: 1 }));
+    assert!(matches!(
+        e1,
+        SensitivityError::ExcludedOutOfRange {
+            sample: 1,
+            samples: 1
+        }
+    ));
     assert!(e1.is_usage());
-    assert!(matches!(err(vec![0, 1, 1], None), SensitivityError::AllExcluded));
+    assert!(matches!(
+        err(vec![0, 1, 1], None),
+        SensitivityError::AllExcluded
+    ));
 }
 
 fn to_json(r: &Sensitivity) -> String {
@@ -255,7 +264,12 @@ fn to_json(r: &Sensitivity) -> String {
 
 /// Each shard run on its own engine (as separate processes would), written to JSON
 /// and read back.
-fn shards(model: &Model, dir: &Path, options: &SensitivityOptions, count: usize) -> Vec<(String, Sensitivity)> {
+fn shards(
+    model: &Model,
+    dir: &Path,
+    options: &SensitivityOptions,
+    count: usize,
+) -> Vec<(String, Sensitivity)> {
     (1..=count)
         .map(|i| {
             let e = engine(model, dir);
@@ -267,7 +281,10 @@ fn shards(model: &Model, dir: &Path, options: &SensitivityOptions, count: usize)
                 },
             );
             let text = to_json(&part);
-            (format!("part{i}.json"), serde_json::from_str(&text).unwrap())
+            (
+                format!("part{i}.json"),
+                serde_json::from_str(&text).unwrap(),
+            )
         })
         .collect()
 }
@@ -284,7 +301,10 @@ fn merged_shards_equal_the_whole_and_bad_sets_are_refused() {
     let whole = rank(&engine(&model, dir.path()), &options);
     assert!(whole.shard.is_none());
     let parts = shards(&model, dir.path(), &options, 3);
-    assert_eq!(to_json(&merge_sensitivity(parts.clone()).unwrap()), to_json(&whole));
+    assert_eq!(
+        to_json(&merge_sensitivity(parts.clone()).unwrap()),
+        to_json(&whole)
+    );
     assert_eq!(
         merge_sensitivity(parts.clone()).unwrap().render(),
         whole.render()
@@ -296,19 +316,26 @@ fn merged_shards_equal_the_whole_and_bad_sets_are_refused() {
     let twice = vec![parts[0].clone(), parts[1].clone(), parts[1].clone()];
     assert!(matches!(
         merge_sensitivity(twice).unwrap_err(),
-        MergeError::Duplicate { shard: Shard { index: 2, count: 3 }, .. }
+        MergeError::Duplicate {
+            shard: Shard { index: 2, count: 3 },
+            ..
+        }
     ));
     let other = shards(&model, dir.path(), &all_metrics(NodeType::Activation), 3);
     let mixed = vec![parts[0].clone(), other[1].clone(), parts[2].clone()];
     let e = merge_sensitivity(mixed).unwrap_err();
     assert!(
-        e.to_string().starts_with("part1.json and part2.json come from different options"),
+        e.to_string()
+            .starts_with("part1.json and part2.json come from different options"),
         "{e}"
     );
     let mut changed = parts.clone();
     changed[2].1.model_digest = "sha256:0".into();
     let e = merge_sensitivity(changed).unwrap_err();
-    assert!(matches!(e, MergeError::Mismatch { what: "models", .. }), "{e}");
+    assert!(
+        matches!(e, MergeError::Mismatch { what: "models", .. }),
+        "{e}"
+    );
     // A whole result is not a part.
     let e = merge_sensitivity(vec![("whole.json".into(), whole)]).unwrap_err();
     assert!(matches!(e, MergeError::NotAPart { .. }), "{e}");
@@ -337,7 +364,9 @@ proptest! {
 
 #[test]
 fn mixed_precision_takes_a_merged_ranking() {
-    use hmct_debug::mixed_precision::{MixedPrecisionError, MixedPrecisionOptions, mixed_precision};
+    use hmct_debug::mixed_precision::{
+        MixedPrecisionError, MixedPrecisionOptions, mixed_precision,
+    };
     let dir = tempfile::tempdir().unwrap();
     write_data(dir.path(), 2, &[]);
     let model = sigmoid_model(3);
@@ -368,7 +397,10 @@ fn mixed_precision_takes_a_merged_ranking() {
     // A part, or a ranking on another metric, is refused.
     let part = shards(&model, dir.path(), &ranking_options, 2).remove(0).1;
     let err = search(Some(part)).unwrap_err();
-    assert!(matches!(err, MixedPrecisionError::RankingMismatch(_)) && err.is_usage(), "{err}");
+    assert!(
+        matches!(err, MixedPrecisionError::RankingMismatch(_)) && err.is_usage(),
+        "{err}"
+    );
     let mse = rank(
         &e,
         &SensitivityOptions {
