@@ -522,7 +522,7 @@ pub(crate) fn conv_nd<T: Scalar>(
     let kdim = cg * k_vol;
     if let (Some(xf), Some(wf)) = (f32_slice(x), f32_slice(w))
         && super::conv_direct::fits(&g3, cg)
-        && super::packed_gemm::conv_prefers(m / group, kdim)
+        && super::packed_gemm::conv_prefers(&g3, m / group, kdim)
         && super::packed_gemm::available()
     {
         let pack = || super::packed_gemm::pack_conv_weights(wf, m, group, kdim);

@@ -153,20 +153,6 @@ pub(crate) unsafe fn gemm_raw<T: Scalar>(
         }
         return;
     }
-    if alpha == T::one() && n >= 16 && m >= 4 && crate::ops::packed_gemm::available() {
-        // SAFETY: T is f32 (checked by `as_f32`), so the views and `c` hold f32 values.
-        if let (Some(af), Some(bf)) = (as_f32(a), as_f32(b)) {
-            let start = if accumulate {
-                crate::ops::packed_gemm::Start::Output
-            } else {
-                crate::ops::packed_gemm::Start::Zero
-            };
-            // SAFETY: forwarded from the caller; the packed GEMM writes only the m×n
-            // block of `c`.
-            unsafe { packed(m, n, k, af, bf, c.cast::<f32>(), ldc, start) };
-            return;
-        }
-    }
     // SAFETY: forwarded from the caller; `gemm` reads `a`, `b` inside their bounds and
     // writes only the m×n block of `c`. `dst := 1·dst + alpha·a·b`.
     unsafe {
@@ -192,46 +178,6 @@ pub(crate) unsafe fn gemm_raw<T: Scalar>(
             Parallelism::None,
         )
     }
-}
-
-/// `a` as an f32 view, when `T` is f32.
-fn as_f32<T: 'static>(a: MatRef<T>) -> Option<MatRef<f32>> {
-    (std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()).then(|| MatRef {
-        // SAFETY: T is f32, so the slice holds exactly `len` f32 values.
-        data: unsafe { std::slice::from_raw_parts(a.data.as_ptr().cast::<f32>(), a.data.len()) },
-        rs: a.rs,
-        cs: a.cs,
-    })
-}
-
-thread_local! {
-    /// The left operand of the last product on this thread, packed: reused so large
-    /// products do not fault in fresh pages on every call.
-    static PACKED_A: std::cell::RefCell<Option<crate::ops::packed_gemm::PackedA>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-/// [`gemm_raw`] on the packed AVX-512 GEMM (`c := start + a·b`).
-///
-/// # Safety
-/// As [`gemm_raw`], with the CPU having AVX-512.
-#[allow(clippy::too_many_arguments)]
-unsafe fn packed(
-    m: usize,
-    n: usize,
-    k: usize,
-    a: MatRef<f32>,
-    b: MatRef<f32>,
-    c: *mut f32,
-    ldc: usize,
-    start: crate::ops::packed_gemm::Start,
-) {
-    use crate::ops::packed_gemm::{self as pg, PackedA};
-    let mut pa = PACKED_A.with(|p| p.take()).unwrap_or_else(|| PackedA::new(a, 0, k));
-    pa.repack(a, m, k);
-    // SAFETY: forwarded from the caller.
-    unsafe { pg::gemm(&pa, 0..m, 0..n, start, &pg::MatrixB(b), c, ldc) };
-    PACKED_A.with(|p| p.replace(Some(pa)));
 }
 
 /// A pointer that may cross threads; users guarantee disjoint access.

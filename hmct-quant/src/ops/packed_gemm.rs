@@ -1,5 +1,6 @@
 //! A packed f32 GEMM for AVX-512: `C = start + A·B`, each output summed from its start
-//! value over `k` in order with fused multiply-adds.
+//! value over `k` in order with fused multiply-adds. Pointwise convs run on it (see
+//! [`conv_prefers`] for what was measured).
 //!
 //! `A` (whose elements are broadcast) is packed in tiles of [`MR`] rows, `k`-major, so
 //! a tile's weights for one `k` are adjacent; conv weights are constants, so
@@ -317,9 +318,13 @@ mod avx512 {
 }
 
 /// `B` given as a matrix: each panel row is copied (or gathered, for a transposed
-/// matrix) and padded with zeros.
+/// matrix) and padded with zeros. Only the tests multiply matrices here: MatMul and
+/// Gemm measured faster on the `gemm` crate (BERT-base's 128x768x3072: 76% of the FMA
+/// peak there, 57% here).
+#[cfg(test)]
 pub(crate) struct MatrixB<'a>(pub MatRef<'a, f32>);
 
+#[cfg(test)]
 impl PackB for MatrixB<'_> {
     fn pack(&self, k0: usize, kc: usize, j0: usize, cols: usize, dst: &mut [f32]) {
         let b = self.0;
@@ -427,11 +432,17 @@ impl PackB for ConvB<'_> {
     }
 }
 
-/// Whether a 2-D conv with `mg` output and `kdim` (input channels × taps) terms per
-/// group is faster here than on the direct kernel: the packed input is read by every
-/// tile of `MR` output channels, so the copy pays off once a group has a few tiles.
-pub(crate) fn conv_prefers(mg: usize, kdim: usize) -> bool {
-    mg >= 2 * MR && kdim >= 16
+/// Whether a 2-D conv runs faster here than on the direct kernel: measured with
+/// `kernel_table` (release build, one thread), pointwise convs (1x1, stride 1, no pads)
+/// with 24 or more output channels per group and planes of 128 positions or more
+/// (ResNet-50's 64->256 at 56x56: 66% -> 77% of the FMA peak, 256->64: 49% -> 68%,
+/// 1024->256 at 14x14: 56% -> 67%). Their panels are plain copies of input rows. Convs
+/// whose panels gather windows (3x3, strides, pads) ran slower than on the direct
+/// kernel (3x3 128->128 at 28x28: 71% -> 51%, stride 2: 51% -> 21%): the packing
+/// costs more than the register tiles gain, so they stay on the direct kernel.
+pub(crate) fn conv_prefers(g: &Win3, mg: usize, kdim: usize) -> bool {
+    let pointwise = g.k_vol() == 1 && g.stride == [1; 3] && g.pad == [0; 3] && g.out == g.input;
+    pointwise && mg >= 2 * MR && kdim >= 16 && g.out_vol() >= 4 * NR
 }
 
 /// Conv weights `[m, cg, taps...]` packed per group.
