@@ -364,6 +364,7 @@ pub fn runall(
             engine,
             &DistributionOptions {
                 nodes: dis_nodes.clone(),
+                data_num: options.data_num,
                 ..DistributionOptions::default()
             },
         )?;
@@ -392,6 +393,7 @@ pub fn runall(
             &ChannelwiseOptions {
                 nodes: cw_nodes.clone(),
                 axis: options.axis,
+                data_num: options.data_num,
                 ..ChannelwiseOptions::default()
             },
         )?;
