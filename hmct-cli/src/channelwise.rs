@@ -5,9 +5,9 @@
 //! q1, median, mean, q3, max, max|x|) go to the save folder (`-s`, default
 //! `./debug_result/`); a line per node names the channels with the largest range.
 //! The channel axis is the node's `axis` for weights (0 when absent) and 1 for
-//! activations; `-a` overrides it. A regular node, an unknown node or an axis out of
-//! range exits with status 2 and an unwritable folder with 1, before anything is
-//! written.
+//! activations; `-a` overrides it. Activations pool every sample (`-d N`: the first N).
+//! A regular node, an unknown node or an axis out of range exits with status 2 and an
+//! unwritable folder with 1, before anything is written.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -39,6 +39,9 @@ pub struct Args {
     /// node's axis for weights (0 when absent), 1 for activations.
     #[arg(short = 'a', long = "axis", allow_negative_numbers = true)]
     pub axis: Option<i64>,
+    /// Pool the values of the first N samples (default: all).
+    #[arg(short = 'd', long = "data_num", visible_alias = "data-num")]
+    pub data_num: Option<usize>,
     /// Folder for the box plots and CSV files.
     #[arg(
         short = 's',
@@ -75,6 +78,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let options = ChannelwiseOptions {
         nodes,
         axis: args.axis,
+        data_num: args.data_num,
         ..ChannelwiseOptions::default()
     };
     let result = match get_channelwise_data_distribution(&engine, &options) {

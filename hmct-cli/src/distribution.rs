@@ -1,7 +1,7 @@
 //! `hmct-debugger plot-distribution MODEL DATA -n LIST`: value histograms of
 //! calibration nodes' inputs, weights before and after fake quantization, and regular
 //! nodes' outputs in the float and calibrated models with their difference
-//! (DEBUGGER.md §5), on the first sample.
+//! (DEBUGGER.md §5), over every sample (`-d N`: the first N).
 //!
 //! One figure per node (per output for regular nodes) goes to the save folder (`-s`,
 //! default `./debug_result/`): `activation_<node>.png`, `weight_<node>.png`,
@@ -36,6 +36,9 @@ pub struct Args {
         value_name = "LIST"
     )]
     pub nodes_list: String,
+    /// Pool the values of the first N samples (default: all).
+    #[arg(short = 'd', long = "data_num", visible_alias = "data-num")]
+    pub data_num: Option<usize>,
     /// Folder for the figures.
     #[arg(
         short = 's',
@@ -78,7 +81,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let options = DistributionOptions {
         nodes,
         bins: args.bins,
-        ..DistributionOptions::default()
+        data_num: args.data_num,
     };
     let result = match plot_distribution(&engine, &options) {
         Ok(r) => r,

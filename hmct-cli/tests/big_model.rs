@@ -77,7 +77,7 @@ fn output(dir: &Path) -> Vec<f32> {
 #[test]
 fn a_model_over_2_gib_loads_runs_calibrates_and_saves() {
     if std::env::var_os("HMCT_BIG_TESTS").is_none() {
-        eprintln!("skipped: set HMCT_BIG_TESTS=1 to run (writes ~6.5 GB)");
+        hmct_ir::testing::skip("set HMCT_BIG_TESTS=1 to run it (writes ~6.5 GB)");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -11,16 +11,6 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn python() -> Option<PathBuf> {
-    match std::env::var_os("HMCT_PYTHON") {
-        Some(p) => Some(PathBuf::from(p)),
-        None => {
-            eprintln!("skipped: set HMCT_PYTHON to a python with tools/requirements.txt");
-            None
-        }
-    }
-}
-
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
@@ -47,11 +37,10 @@ fn cases() -> Vec<(String, PathBuf, PathBuf, Vec<&'static str>)> {
         example.join("calibration_data"),
         vec!["--method", "max"],
     )];
-    let models = repo().join("../shared/models");
-    if !models.is_dir() {
-        eprintln!("../shared/models is absent: only the bundled example is checked");
+    // Without the shared models, only the bundled example is checked.
+    let Some(models) = hmct_ir::testing::shared_path("models") else {
         return cases;
-    }
+    };
     for (dir, file, flags) in [
         ("mtcnn_pnet", "pnet.onnx", vec!["--method", "kl"]),
         ("mtcnn_rnet", "rnet.onnx", vec!["--method", "mse"]),
@@ -74,7 +63,9 @@ fn cases() -> Vec<(String, PathBuf, PathBuf, Vec<&'static str>)> {
 
 #[test]
 fn calibrated_models_pass_onnx_checker_and_match_onnxruntime_qdq() {
-    let Some(python) = python() else { return };
+    let Some(python) = hmct_ir::testing::python() else {
+        return;
+    };
     let script = repo().join("tools/check_calibrated.py");
     for (label, model, data, flags) in cases() {
         let tmp = tempfile::tempdir().unwrap();

@@ -90,12 +90,8 @@ fn exported_models_match_our_interpreter_in_onnxruntime() {
             "13 calibration node(s) as QuantizeLinear/DequantizeLinear, 1 as a float16 Cast pair, 3 removed",
         ),
     ];
-    let python = std::env::var_os("HMCT_PYTHON").map(PathBuf::from);
-    if python.is_none() {
-        eprintln!(
-            "onnxruntime comparison skipped: set HMCT_PYTHON to a python with tools/requirements.txt"
-        );
-    }
+    // Without Python, the onnxruntime comparison is skipped (and says so).
+    let python = hmct_ir::testing::python();
     for (i, (model, ops, counts)) in cases.iter().enumerate() {
         let qdq = dir.path().join(format!("qdq{i}.onnx"));
         let stdout = debugger(&[
@@ -263,8 +259,7 @@ fn grouped_conv_transpose_weights_export_and_match_onnxruntime() {
         exported.initializer("w_up").is_none(),
         "the old layout is dropped"
     );
-    let Some(python) = std::env::var_os("HMCT_PYTHON") else {
-        eprintln!("onnxruntime comparison skipped: set HMCT_PYTHON");
+    let Some(python) = hmct_ir::testing::python() else {
         return;
     };
     let report = onnxruntime_matches(Path::new(&python), &calibrated, &qdq, &data);

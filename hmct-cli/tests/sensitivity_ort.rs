@@ -19,18 +19,6 @@ use std::process::Command;
 
 use hmct_ir::Model;
 
-fn python() -> Option<PathBuf> {
-    match std::env::var_os("HMCT_PYTHON") {
-        Some(p) => Some(PathBuf::from(p)),
-        None => {
-            eprintln!(
-                "skipped: set HMCT_PYTHON to a python with onnx==1.23.2, onnxruntime==1.32.0 and numpy"
-            );
-            None
-        }
-    }
-}
-
 fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/ort_sensitivity.py")
 }
@@ -103,10 +91,11 @@ fn entries(path: &Path) -> Vec<Entry> {
 
 #[test]
 fn rankings_and_values_match_onnxruntime() {
-    let Some(python) = python() else { return };
+    let Some(python) = hmct_ir::testing::python() else {
+        return;
+    };
     let models = models();
     if models.is_empty() {
-        eprintln!("skipped: ../shared/models not found");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

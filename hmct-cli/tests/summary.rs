@@ -12,7 +12,6 @@ fn run(args: &[&std::ffi::OsStr]) -> Output {
 
 fn calibrated_pnet(dir: &Path) -> Option<std::path::PathBuf> {
     let Some(model) = hmct_ir::testing::calibrated_pnet().unwrap() else {
-        eprintln!("skipping: ../shared not found");
         return None;
     };
     let path = dir.join("calibrated_model.onnx");
@@ -98,7 +97,6 @@ fn summary_of_calibrated_model() {
 #[test]
 fn summary_of_uncalibrated_model() {
     let Some(shared) = hmct_ir::testing::shared_dir() else {
-        eprintln!("skipping: ../shared not found");
         return;
     };
     let model = shared.join("models/rapidocr_ppocr_cls/ch_ppocr_mobile_v2.0_cls_infer.onnx");

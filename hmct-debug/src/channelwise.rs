@@ -3,7 +3,9 @@
 //!
 //! A weight calibration node is looked at through its float weight, channel axis = the
 //! node's `axis` attribute (0 when absent); an activation calibration node through its
-//! input in the float model on the first sample, channel axis 1. `axis` overrides both
+//! input in the float model, channel axis 1, pooled over every sample that `data_num`
+//! allows (all by default; one sample of a [1, C] input would give each box a single
+//! value). `axis` overrides both
 //! (negative values count from the end). Quartiles interpolate linearly as numpy
 //! does; whiskers reach the furthest values within 1.5 IQR and the values beyond are
 //! outliers, as matplotlib draws a box plot.
@@ -31,8 +33,8 @@ pub struct ChannelwiseOptions {
     pub nodes: Vec<String>,
     /// The channel axis for every node (`None`: per node, see the module docs).
     pub axis: Option<i64>,
-    /// The sample whose activations are looked at (the first by default).
-    pub sample: usize,
+    /// Activations are pooled over the first `data_num` samples (all when `None`).
+    pub data_num: Option<usize>,
     /// Outliers kept per channel for drawing (the extremes always are); the
     /// statistics always use every value.
     pub max_outliers: usize,
@@ -43,7 +45,7 @@ impl Default for ChannelwiseOptions {
         ChannelwiseOptions {
             nodes: Vec::new(),
             axis: None,
-            sample: 0,
+            data_num: None,
             max_outliers: BoxStats::DEFAULT_MAX_OUTLIERS,
         }
     }
@@ -64,8 +66,6 @@ pub enum ChannelwiseError {
         axis: i64,
         shape: Vec<usize>,
     },
-    #[error("sample {sample} does not exist: the data has {available} sample(s)")]
-    NoSample { sample: usize, available: usize },
     #[error("the input of '{node}' is {dtype}: only numeric values can be plotted")]
     NotNumeric { node: String, dtype: String },
     #[error("'{node}': {message}")]
@@ -91,11 +91,10 @@ impl ChannelwiseError {
     /// True for mistakes in the arguments.
     pub fn is_usage(&self) -> bool {
         match self {
-            ChannelwiseError::Engine(e) => matches!(e, EngineError::UnknownNodes(_)),
+            ChannelwiseError::Engine(e) => e.is_usage(),
             ChannelwiseError::NoNodes
             | ChannelwiseError::NotCalibration(_)
-            | ChannelwiseError::AxisOutOfRange { .. }
-            | ChannelwiseError::NoSample { .. } => true,
+            | ChannelwiseError::AxisOutOfRange { .. } => true,
             _ => false,
         }
     }
@@ -207,7 +206,10 @@ pub struct ChannelwiseItem {
     pub kind: ChannelwiseKind,
     /// The tensor summarised (the node's input).
     pub tensor: String,
+    /// Its shape in one sample (the first).
     pub shape: Vec<usize>,
+    /// The samples pooled (1 for a weight).
+    pub samples: usize,
     /// The channel axis used (non-negative).
     pub axis: usize,
     /// File name without extension (`<node>_boxplot`).
@@ -218,7 +220,8 @@ pub struct ChannelwiseItem {
 /// The result of [`get_channelwise_data_distribution`], in the order of the nodes.
 #[derive(Clone, Debug, Serialize)]
 pub struct ChannelwiseDistributions {
-    pub sample: usize,
+    /// The samples looked at for activations (`data_num`).
+    pub samples: usize,
     pub items: Vec<ChannelwiseItem>,
 }
 
@@ -249,8 +252,6 @@ pub fn get_channelwise_data_distribution(
     if !not_calibration.is_empty() {
         return Err(ChannelwiseError::NotCalibration(not_calibration));
     }
-    let available = engine.available_samples();
-    let sample = options.sample;
     let model = engine.model();
     let is_weight = |id| {
         model
@@ -263,54 +264,93 @@ pub fn get_channelwise_data_distribution(
     let needs_run = targets
         .iter()
         .any(|(_, _, index)| plan.constant(plan.calibrations()[*index].input).is_none());
-    let float = if needs_run {
-        if sample >= available {
-            return Err(ChannelwiseError::NoSample { sample, available });
-        }
-        engine.capture(sample, Base::Float)?
+    let samples = if needs_run {
+        engine.sample_count(options.data_num)?
     } else {
-        Default::default()
+        1
     };
     let session = engine.session();
-    let mut items = Vec::new();
-    for (name, id, index) in targets {
-        let cal = &engine.plan().calibrations()[index];
-        let weight = is_weight(id);
-        let input = session
-            .value(&float, cal.input)
-            .map_err(EngineError::from)?;
-        let shape = input.shape().to_vec();
-        let values = to_f32(&input).ok_or_else(|| ChannelwiseError::NotNumeric {
-            node: name.clone(),
-            dtype: input.dtype().to_string(),
-        })?;
-        let default_axis = if weight {
-            model.calibration(id).and_then(|c| c.axis()).unwrap_or(0)
+    // Per target: the first sample's shape, the channel axis, and each channel's values
+    // over the samples.
+    let mut gathered: Vec<(Vec<usize>, usize, Vec<Vec<f32>>)> = Vec::new();
+    for sample in 0..samples {
+        let float = if needs_run {
+            engine.capture(sample, Base::Float)?
         } else {
-            1
+            Default::default()
         };
-        let requested = options.axis.unwrap_or(default_axis);
-        let rank = shape.len() as i64;
-        let axis = if requested < 0 {
-            requested + rank
-        } else {
-            requested
-        };
-        if axis < 0 || axis >= rank {
-            return Err(ChannelwiseError::AxisOutOfRange {
-                node: name.clone(),
-                axis: requested,
-                shape,
-            });
-        }
-        let axis = axis as usize;
-        let boxes =
-            hmct_plot::channel_stats(&values, &shape, axis, options.max_outliers).map_err(|e| {
-                ChannelwiseError::Stats {
-                    node: name.clone(),
-                    message: e.to_string(),
-                }
+        for (k, (name, id, index)) in targets.iter().enumerate() {
+            let cal = &plan.calibrations()[*index];
+            if sample > 0 && plan.constant(cal.input).is_some() {
+                continue;
+            }
+            let input = session
+                .value(&float, cal.input)
+                .map_err(EngineError::from)?;
+            let shape = input.shape().to_vec();
+            let values = to_f32(&input).ok_or_else(|| ChannelwiseError::NotNumeric {
+                node: (*name).clone(),
+                dtype: input.dtype().to_string(),
             })?;
+            if sample == 0 {
+                let default_axis = if is_weight(*id) {
+                    model.calibration(*id).and_then(|c| c.axis()).unwrap_or(0)
+                } else {
+                    1
+                };
+                let requested = options.axis.unwrap_or(default_axis);
+                let rank = shape.len() as i64;
+                let axis = if requested < 0 {
+                    requested + rank
+                } else {
+                    requested
+                };
+                if axis < 0 || axis >= rank {
+                    return Err(ChannelwiseError::AxisOutOfRange {
+                        node: (*name).clone(),
+                        axis: requested,
+                        shape,
+                    });
+                }
+                let channels = shape[axis as usize];
+                gathered.push((shape.clone(), axis as usize, vec![Vec::new(); channels]));
+            }
+            let (first, axis, per_channel) = &mut gathered[k];
+            if shape.len() != first.len() || shape[*axis] != first[*axis] {
+                return Err(ChannelwiseError::Stats {
+                    node: (*name).clone(),
+                    message: format!(
+                        "sample {sample} gives shape {shape:?}, whose channels on axis {axis} differ from the first sample's {first:?}"
+                    ),
+                });
+            }
+            // The tensor as [outer, channels, inner]: channel c's values are the
+            // inner-sized runs at c of every outer block.
+            let channels = shape[*axis];
+            let inner: usize = shape[*axis + 1..].iter().product();
+            for (i, run) in values.chunks(inner.max(1)).enumerate() {
+                if inner > 0 {
+                    per_channel[i % channels].extend_from_slice(run);
+                }
+            }
+        }
+    }
+    let mut items = Vec::new();
+    for ((name, id, index), (shape, axis, per_channel)) in targets.into_iter().zip(gathered) {
+        let cal = &plan.calibrations()[index];
+        let weight = is_weight(id);
+        let channels = per_channel
+            .iter()
+            .enumerate()
+            .map(|(c, values)| {
+                BoxStats::from_values(values, options.max_outliers)
+                    .map(|b| ChannelStats::from_box(c, b))
+                    .map_err(|e| ChannelwiseError::Stats {
+                        node: name.clone(),
+                        message: e.to_string(),
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         items.push(ChannelwiseItem {
             node: name.clone(),
             kind: if weight {
@@ -320,23 +360,27 @@ pub fn get_channelwise_data_distribution(
             },
             tensor: engine.value_name(cal.input).to_string(),
             file_stem: format!("{}_boxplot", file_safe(name)),
+            samples: if plan.constant(cal.input).is_some() {
+                1
+            } else {
+                samples
+            },
             shape,
             axis,
-            channels: boxes
-                .into_iter()
-                .enumerate()
-                .map(|(c, b)| ChannelStats::from_box(c, b))
-                .collect(),
+            channels,
         });
     }
-    Ok(ChannelwiseDistributions { sample, items })
+    Ok(ChannelwiseDistributions { samples, items })
 }
 
 /// The box plot of an item, as drawn by [`write_channelwise`].
 pub fn item_spec(item: &ChannelwiseItem) -> BoxPlot {
     let what = match item.kind {
-        ChannelwiseKind::Weight => "float weight",
-        ChannelwiseKind::Activation => "float input",
+        ChannelwiseKind::Weight => "float weight".to_string(),
+        ChannelwiseKind::Activation => format!(
+            "float input over {}",
+            crate::distribution::samples_text(item.samples)
+        ),
     };
     let title = format!(
         "Per-channel distribution of the {what} of {} (shape {:?}, axis {}, {} channels)",

@@ -1,5 +1,6 @@
-//! `plot-distribution` (DEBUGGER.md §5): value histograms of chosen nodes, on the
-//! first sample.
+//! `plot-distribution` (DEBUGGER.md §5): value histograms of chosen nodes, over every
+//! sample that `data_num` allows (all by default; the figure titles say how many).
+//! One sample of a [1, C] activation is only C values, too few for a distribution.
 //!
 //! - An activation calibration node: its input in the float model (the values its
 //!   thresholds were calibrated on), with the largest threshold as a red dashed line
@@ -21,12 +22,11 @@
 //! the raw values in memory); [`write_distribution`] draws it.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use hmct_ir::TensorType;
 use hmct_metrics::Metric;
 use hmct_plot::{Figure, Format, HistSeries, Histogram, HistogramRow, Rgb, VLine};
-use hmct_quant::Base;
+use hmct_quant::{Base, Slot};
 use hmct_tensor::Tensor;
 use serde::Serialize;
 
@@ -40,8 +40,8 @@ pub struct DistributionOptions {
     pub nodes: Vec<String>,
     /// Histogram bins.
     pub bins: usize,
-    /// The sample to look at (the first by default).
-    pub sample: usize,
+    /// Samples whose values are pooled: the first `data_num` (all when `None`).
+    pub data_num: Option<usize>,
 }
 
 impl Default for DistributionOptions {
@@ -49,7 +49,7 @@ impl Default for DistributionOptions {
         DistributionOptions {
             nodes: Vec::new(),
             bins: Histogram::DEFAULT_BINS,
-            sample: 0,
+            data_num: None,
         }
     }
 }
@@ -63,8 +63,6 @@ pub enum DistributionError {
     NoNodes,
     #[error("bins must be at least 1")]
     NoBins,
-    #[error("sample {sample} does not exist: the data has {available} sample(s)")]
-    NoSample { sample: usize, available: usize },
     #[error("'{value}' of '{node}' is {dtype}: only numeric values can be plotted")]
     NotNumeric {
         node: String,
@@ -87,10 +85,8 @@ impl DistributionError {
     /// True for mistakes in the arguments.
     pub fn is_usage(&self) -> bool {
         match self {
-            DistributionError::Engine(e) => matches!(e, EngineError::UnknownNodes(_)),
-            DistributionError::NoNodes
-            | DistributionError::NoBins
-            | DistributionError::NoSample { .. } => true,
+            DistributionError::Engine(e) => e.is_usage(),
+            DistributionError::NoNodes | DistributionError::NoBins => true,
             _ => false,
         }
     }
@@ -200,7 +196,10 @@ pub struct DistributionItem {
     pub kind: DistributionKind,
     /// The tensor plotted: the calibration node's input, or the regular node's output.
     pub tensor: String,
+    /// Its shape in one sample (the first).
     pub shape: Vec<usize>,
+    /// The samples pooled (1 for a weight, which every sample shares).
+    pub samples: usize,
     /// File name without extension.
     pub file_stem: String,
     pub title: String,
@@ -217,7 +216,8 @@ pub struct DistributionItem {
 /// were given (a regular node with several outputs gives one item per output).
 #[derive(Clone, Debug, Serialize)]
 pub struct Distributions {
-    pub sample: usize,
+    /// The samples looked at (`data_num`).
+    pub samples: usize,
     pub bins: usize,
     pub items: Vec<DistributionItem>,
 }
@@ -250,7 +250,24 @@ fn numeric(t: &Tensor, node: &str, value: &str) -> Result<Vec<f32>, Distribution
     })
 }
 
-/// Computes the histograms of every node in `options.nodes`.
+/// What one figure is drawn from, and the values gathered for it so far.
+struct Target<'a> {
+    name: &'a str,
+    kind: DistributionKind,
+    /// The plan's index of a calibration node.
+    calibration: Option<usize>,
+    slot: Slot,
+    tensor: String,
+    shape: Vec<usize>,
+    threshold: Option<f64>,
+    /// Per sample, appended: the float values (the weight for weight nodes) and, for
+    /// regular nodes, the calibrated model's.
+    float: Vec<f32>,
+    calibrated: Vec<f32>,
+}
+
+/// Computes the histograms of every node in `options.nodes`, pooling the values of
+/// the samples `options.data_num` asks for.
 pub fn plot_distribution(
     engine: &Engine,
     options: &DistributionOptions,
@@ -261,90 +278,126 @@ pub fn plot_distribution(
     if options.bins == 0 {
         return Err(DistributionError::NoBins);
     }
-    let available = engine.available_samples();
-    if options.sample >= available {
-        return Err(DistributionError::NoSample {
-            sample: options.sample,
-            available,
-        });
-    }
+    let samples = engine.sample_count(options.data_num)?;
     let refs = engine.lookup_all(&options.nodes)?;
-    let sample = options.sample;
-    let float = engine.capture(sample, Base::Float)?;
-    let calibrated = if refs.iter().any(|r| matches!(r, NodeRef::Regular(_))) {
-        Some(engine.capture(sample, Base::Calibrated)?)
-    } else {
-        None
-    };
-    let session = engine.session();
     let model = engine.model();
-    let mut items = Vec::new();
+    let mut targets = Vec::new();
     for (name, r) in options.nodes.iter().zip(refs) {
         match r {
             NodeRef::Calibration { id, index } => {
                 let cal = &engine.plan().calibrations()[index];
-                let input = session
-                    .value(&float, cal.input)
-                    .map_err(EngineError::from)?;
-                let tensor_name = engine.value_name(cal.input).to_string();
-                let values = numeric(&input, name, &tensor_name)?;
-                let weight = model
-                    .calibration(id)
+                let calibration = model.calibration(id);
+                let weight = calibration
+                    .as_ref()
                     .is_some_and(|c| c.tensor_type() == TensorType::Weight);
-                if weight {
-                    let quantized =
-                        cal.file
-                            .fake_quant
-                            .apply(&values, input.shape())
-                            .map_err(|e| DistributionError::FakeQuant {
-                                node: name.clone(),
-                                message: e.to_string(),
-                            })?;
-                    items.push(weight_item(
-                        name,
-                        tensor_name,
-                        input.shape().to_vec(),
-                        values,
-                        quantized,
-                        options.bins,
-                    ));
-                } else {
-                    let threshold = model.calibration(id).and_then(|c| max_threshold(&c));
-                    items.push(activation_item(
-                        name,
-                        tensor_name,
-                        input.shape().to_vec(),
-                        values,
-                        threshold,
-                        options.bins,
-                    ));
-                }
+                targets.push(Target {
+                    name,
+                    kind: if weight {
+                        DistributionKind::Weight
+                    } else {
+                        DistributionKind::Activation
+                    },
+                    calibration: Some(index),
+                    slot: cal.input,
+                    tensor: engine.value_name(cal.input).to_string(),
+                    shape: Vec::new(),
+                    threshold: calibration.and_then(|c| max_threshold(&c)),
+                    float: Vec::new(),
+                    calibrated: Vec::new(),
+                });
             }
             NodeRef::Regular(id) => {
-                let calibrated = calibrated.as_ref().expect("captured for regular nodes");
                 for slot in engine.output_slots(id) {
-                    let tensor_name = engine.value_name(slot).to_string();
-                    let x: Arc<Tensor> = session.value(&float, slot).map_err(EngineError::from)?;
-                    let y = session.value(calibrated, slot).map_err(EngineError::from)?;
-                    let xs = numeric(&x, name, &tensor_name)?;
-                    let ys = numeric(&y, name, &tensor_name)?;
-                    items.push(node_item(
+                    targets.push(Target {
                         name,
-                        tensor_name,
-                        x.shape().to_vec(),
-                        xs,
-                        ys,
-                        options.bins,
-                    ));
+                        kind: DistributionKind::Node,
+                        calibration: None,
+                        slot,
+                        tensor: engine.value_name(slot).to_string(),
+                        shape: Vec::new(),
+                        threshold: None,
+                        float: Vec::new(),
+                        calibrated: Vec::new(),
+                    });
                 }
             }
         }
     }
+    let needs_calibrated = targets.iter().any(|t| t.kind == DistributionKind::Node);
+    let session = engine.session();
+    for sample in 0..samples {
+        let float = engine.capture(sample, Base::Float)?;
+        let calibrated = if needs_calibrated {
+            Some(engine.capture(sample, Base::Calibrated)?)
+        } else {
+            None
+        };
+        for t in &mut targets {
+            // A weight is the same in every sample.
+            if t.kind == DistributionKind::Weight && sample > 0 {
+                continue;
+            }
+            let x = session.value(&float, t.slot).map_err(EngineError::from)?;
+            if sample == 0 {
+                t.shape = x.shape().to_vec();
+            }
+            t.float.extend(numeric(&x, t.name, &t.tensor)?);
+            if let (DistributionKind::Node, Some(calibrated)) = (t.kind, &calibrated) {
+                let y = session.value(calibrated, t.slot).map_err(EngineError::from)?;
+                t.calibrated.extend(numeric(&y, t.name, &t.tensor)?);
+            }
+        }
+    }
+    let plan = engine.plan();
+    let mut items = Vec::new();
+    for t in targets {
+        items.push(match t.kind {
+            DistributionKind::Weight => {
+                let index = t.calibration.expect("weights are calibration nodes");
+                let quantized = plan.calibrations()[index]
+                    .file
+                    .fake_quant
+                    .apply(&t.float, &t.shape)
+                    .map_err(|e| DistributionError::FakeQuant {
+                        node: t.name.to_string(),
+                        message: e.to_string(),
+                    })?;
+                weight_item(t.name, t.tensor, t.shape, t.float, quantized, options.bins)
+            }
+            DistributionKind::Activation => activation_item(
+                t.name,
+                t.tensor,
+                t.shape,
+                t.float,
+                t.threshold,
+                options.bins,
+                samples,
+            ),
+            DistributionKind::Node => node_item(
+                t.name,
+                t.tensor,
+                t.shape,
+                t.float,
+                t.calibrated,
+                options.bins,
+                samples,
+            ),
+        });
+    }
     Ok(Distributions {
-        sample,
+        samples,
         bins: options.bins,
         items,
     })
+}
+
+/// `1 sample`, `8 samples`.
+pub(crate) fn samples_text(samples: usize) -> String {
+    if samples == 1 {
+        "1 sample".to_string()
+    } else {
+        format!("{samples} samples")
+    }
 }
 
 /// The largest threshold; derived from the scales when the node has none.
@@ -400,6 +453,7 @@ fn activation_item(
     values: Vec<f32>,
     threshold: Option<f64>,
     bins: usize,
+    samples: usize,
 ) -> DistributionItem {
     let drawn = non_zero(&values);
     let mut p = panel(
@@ -414,10 +468,14 @@ fn activation_item(
     DistributionItem {
         node: name.to_string(),
         kind: DistributionKind::Activation,
-        title: format!("Input of activation calibration node {name} (float model)"),
+        title: format!(
+            "Input of activation calibration node {name} (float model, {})",
+            samples_text(samples)
+        ),
         file_stem: format!("activation_{}", file_safe(name)),
         tensor,
         shape,
+        samples,
         cosine: None,
         panels: vec![p],
     }
@@ -452,6 +510,7 @@ fn weight_item(
         file_stem: format!("weight_{}", file_safe(name)),
         tensor,
         shape,
+        samples: 1,
         cosine,
         panels: vec![p],
     }
@@ -464,6 +523,7 @@ fn node_item(
     float: Vec<f32>,
     calibrated: Vec<f32>,
     bins: usize,
+    samples: usize,
 ) -> DistributionItem {
     let cosine = hmct_metrics::compute(Metric::CosineSimilarity, &float, &calibrated).ok();
     let diff: Vec<f32> = float.iter().zip(&calibrated).map(|(x, y)| y - x).collect();
@@ -493,12 +553,14 @@ fn node_item(
         node: name.to_string(),
         kind: DistributionKind::Node,
         title: format!(
-            "Output '{tensor}' of {name}: float vs calibrated{}",
+            "Output '{tensor}' of {name}: float vs calibrated, {}{}",
+            samples_text(samples),
             cosine_text(cosine)
         ),
         file_stem: format!("node_output_{}_of_{}", file_safe(&tensor), file_safe(name)),
         tensor,
         shape,
+        samples,
         cosine,
         panels: vec![values, errors],
     }
@@ -530,7 +592,8 @@ pub fn item_spec(item: &DistributionItem, bins: usize) -> HistogramRow {
                     if nothing {
                         label = format!("{label}: nothing but zeros");
                     } else if s.left_out > 0 {
-                        label = format!("{label} ({} zeros left out)", s.left_out);
+                        let zeros = if s.left_out == 1 { "zero" } else { "zeros" };
+                        label = format!("{label} ({} {zeros} left out)", s.left_out);
                     }
                     let values = if nothing { vec![0.0] } else { s.values.clone() };
                     let mut h = HistSeries::new(label, values);

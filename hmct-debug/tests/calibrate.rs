@@ -15,11 +15,7 @@ use hmct_tensor::ndarray::Axis;
 use hmct_tensor::{Dataset, InputSpec, Tensor};
 
 fn models_dir() -> Option<PathBuf> {
-    let dir = hmct_ir::testing::shared_dir().map(|d| d.join("models"));
-    if dir.is_none() {
-        eprintln!("skipped: ../shared/models not found");
-    }
-    dir
+    hmct_ir::testing::shared_path("models")
 }
 
 /// (name, model file, data folder) of every shared model.

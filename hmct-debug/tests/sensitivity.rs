@@ -17,7 +17,7 @@ use hmct_quant::{Capture, Config, Override, Session, plan_model};
 use hmct_tensor::{Dataset, Tensor};
 
 fn models_dir() -> Option<PathBuf> {
-    hmct_ir::testing::shared_dir().map(|d| d.join("models"))
+    hmct_ir::testing::shared_path("models")
 }
 
 fn pnet() -> Option<(Model, PathBuf)> {
@@ -157,7 +157,6 @@ fn names(result: &Sensitivity) -> Vec<String> {
 
 #[test]
 fn all_node_types_and_metrics_equal_full_runs() {
-    let mut checked = 0;
     for (model, data) in [pnet(), rnet()].into_iter().flatten() {
         let engine = engine(&model, &data, 2, None);
         let reference = Reference::new(&model, &data);
@@ -230,18 +229,13 @@ fn all_node_types_and_metrics_equal_full_runs() {
                     .iter()
                     .any(|e| e.values.get(Metric::Mse).unwrap() > 0.0)
             );
-            checked += 1;
         }
-    }
-    if checked == 0 {
-        eprintln!("skipped: ../shared/models not found");
     }
 }
 
 #[test]
 fn ranking_follows_the_first_metric() {
     let Some((model, data)) = rnet() else {
-        eprintln!("skipped: ../shared/models not found");
         return;
     };
     let engine = engine(&model, &data, 2, None);
@@ -272,7 +266,6 @@ fn ranking_follows_the_first_metric() {
 #[test]
 fn thread_count_and_cache_budget_change_nothing() {
     let Some((model, data)) = pnet() else {
-        eprintln!("skipped: ../shared/models not found");
         return;
     };
     let options = SensitivityOptions {
@@ -328,7 +321,6 @@ fn thread_count_and_cache_budget_change_nothing() {
 #[test]
 fn interested_nodes_groups_and_calibration_names() {
     let Some((model, data)) = pnet() else {
-        eprintln!("skipped: ../shared/models not found");
         return;
     };
     let engine = engine(&model, &data, 2, None);
@@ -395,7 +387,6 @@ fn interested_nodes_groups_and_calibration_names() {
 #[test]
 fn output_node_and_data_num() {
     let Some((model, data)) = rnet() else {
-        eprintln!("skipped: ../shared/models not found");
         return;
     };
     let engine = engine(&model, &data, 2, None);
@@ -446,7 +437,6 @@ fn output_node_and_data_num() {
 #[test]
 fn an_engine_reuses_the_probes_of_earlier_analyses() {
     let Some((model, data)) = pnet() else {
-        eprintln!("skipped: ../shared/models not found");
         return;
     };
     let activation = SensitivityOptions {
@@ -505,7 +495,6 @@ fn an_engine_reuses_the_probes_of_earlier_analyses() {
 #[test]
 fn progress_reports_every_task() {
     let Some((model, data)) = pnet() else {
-        eprintln!("skipped: ../shared/models not found");
         return;
     };
     let engine = engine(&model, &data, 2, None);
@@ -533,7 +522,6 @@ fn progress_reports_every_task() {
 #[test]
 fn argument_errors_are_typed_and_name_the_problem() {
     let Some((model, data)) = pnet() else {
-        eprintln!("skipped: ../shared/models not found");
         return;
     };
     let engine = engine(&model, &data, 1, None);
@@ -647,7 +635,6 @@ fn argument_errors_are_typed_and_name_the_problem() {
 #[test]
 fn tables_follow_the_seed_layouts() {
     let Some((model, data)) = pnet() else {
-        eprintln!("skipped: ../shared/models not found");
         return;
     };
     let engine = engine(&model, &data, 2, None);

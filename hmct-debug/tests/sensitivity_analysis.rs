@@ -20,7 +20,6 @@ use hmct_tensor::{Dataset, Tensor};
 
 fn pnet() -> Option<(Model, PathBuf)> {
     let Some(model) = hmct_ir::testing::calibrated_pnet().unwrap() else {
-        eprintln!("skipped: ../shared/models not found");
         return None;
     };
     let data = hmct_ir::testing::shared_dir()?.join("models/mtcnn_pnet/calibration_data");

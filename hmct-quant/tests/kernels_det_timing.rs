@@ -3,7 +3,6 @@
 //! Ignored by default: `cargo test --release -p hmct-quant --test kernels_det_timing
 //! -- --ignored --nocapture`.
 
-use std::path::Path;
 use std::time::Instant;
 
 use hmct_ir::load_model;
@@ -13,12 +12,9 @@ use hmct_tensor::read_npy;
 #[test]
 #[ignore]
 fn det_forward_one_thread() {
-    let dir =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/models/rapidocr_ppocrv4_det");
-    if !dir.is_dir() {
-        eprintln!("skipped: {} not found", dir.display());
+    let Some(dir) = hmct_ir::testing::shared_path("models/rapidocr_ppocrv4_det") else {
         return;
-    }
+    };
     let model = load_model(dir.join("ch_PP-OCRv4_det_infer.onnx")).unwrap();
     let session = Session::new(plan_model(&model).unwrap(), 1).unwrap();
     let name = session.plan().inputs()[0].name.clone();

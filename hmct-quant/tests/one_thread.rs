@@ -59,7 +59,6 @@ fn one_thread_equals_two(models: &Path, dir: &str, file: &str, calibrate: bool) 
 #[test]
 fn one_thread_runs_hand_no_work_to_rayon() {
     let Some(shared) = shared_dir() else {
-        eprintln!("skipped: ../shared not found");
         return;
     };
     rayon::ThreadPoolBuilder::new()

@@ -12,8 +12,7 @@ use hmct_quant::{Capture, Config, Override, Session, plan_model};
 use hmct_tensor::{Dataset, Tensor, read_npy, sanitize_name};
 
 fn models_dir() -> Option<PathBuf> {
-    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/models");
-    d.is_dir().then_some(d)
+    hmct_ir::testing::shared_path("models")
 }
 
 fn model_file(dir: &Path) -> PathBuf {
@@ -29,7 +28,6 @@ fn model_file(dir: &Path) -> PathBuf {
 #[test]
 fn real_models_match_onnxruntime() {
     let Some(root) = models_dir() else {
-        eprintln!("skipped: ../shared/models not found");
         return;
     };
     let mut names: Vec<PathBuf> = std::fs::read_dir(&root)
@@ -107,7 +105,6 @@ fn real_models_match_onnxruntime() {
 #[test]
 fn writing_into_inputs_changes_no_bit() {
     let Some(root) = models_dir() else {
-        eprintln!("skipped: ../shared/models not found");
         return;
     };
     for dir in std::fs::read_dir(&root)
@@ -154,7 +151,6 @@ fn writing_into_inputs_changes_no_bit() {
 #[test]
 fn incremental_equals_full_and_threads_do_not_matter() {
     let Some(model) = hmct_ir::testing::calibrated_pnet().unwrap() else {
-        eprintln!("skipped: ../shared/models not found");
         return;
     };
     let root = models_dir().unwrap();

@@ -16,11 +16,6 @@ use hmct_proto::onnx::{ModelProto, TensorProto};
 use hmct_quant::ops::{Attrs, NodeSpec, OpError, build_kernel};
 use hmct_tensor::{Tensor, tensor_from_proto};
 
-fn suite_dir() -> Option<PathBuf> {
-    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/onnx-node-tests");
-    d.is_dir().then_some(d)
-}
-
 enum Outcome {
     Pass,
     Unsupported(String),
@@ -208,8 +203,7 @@ fn ops_of(dir: &Path) -> Option<Vec<String>> {
 /// restricts the run; the environment variable `verbose_var` set lists unsupported
 /// cases with their reasons. Skips (with a message) when the suite is absent.
 pub fn check(ops: &str, verbose_var: &str) {
-    let Some(root) = suite_dir() else {
-        eprintln!("skipped: ../shared/onnx-node-tests not found");
+    let Some(root) = hmct_ir::testing::shared_path("onnx-node-tests") else {
         return;
     };
     let ours: HashSet<&str> = ops.split_whitespace().collect();
