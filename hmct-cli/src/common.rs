@@ -101,15 +101,19 @@ pub(crate) fn open_engine(
     let cache_bytes = cache_mb
         .unwrap_or_else(default_cache_mb)
         .saturating_mul(1 << 20);
-    Engine::new(
+    let engine = Engine::new(
         loaded,
         data,
         &EngineOptions {
             threads,
             cache_bytes: Some(cache_bytes),
         },
-    )
-    .with_context(|| format!("{}", model.display()))
+    );
+    match engine {
+        // Data errors name the folder or file at fault already.
+        Err(e @ hmct_debug::engine::EngineError::Data(_)) => Err(e.into()),
+        other => other.with_context(|| format!("{}", model.display())),
+    }
 }
 
 /// Half the available memory, from /proc/meminfo; 2 GB when unknown.

@@ -205,8 +205,13 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         eprintln!("warning: {}: {}", f.node, f.message);
     }
     if health.infos > 0 {
+        let besides = if health.warnings > 0 {
+            " besides the warnings"
+        } else {
+            ""
+        };
         eprintln!(
-            "health: {} note(s) besides the warnings, in {}",
+            "health: {} note(s){besides}, in {}",
             health.infos, HEALTH_NAME
         );
     }

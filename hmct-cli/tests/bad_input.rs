@@ -806,7 +806,7 @@ fn a_read_only_output_folder_is_an_error() {
     std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o555)).unwrap();
     if std::fs::write(locked.join("probe"), b"").is_ok() {
         // Root writes through permission bits; the file-as-folder test covers this.
-        eprintln!("note: skipping the read-only folder case (running as root)");
+        hmct_ir::testing::skip("the read-only folder case (root writes through permission bits)");
         std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).unwrap();
         return;
     }
@@ -844,7 +844,7 @@ fn is_full_device() -> bool {
 #[cfg(target_os = "linux")]
 fn full_disk() -> Option<(tempfile::TempDir, PathBuf)> {
     if !is_full_device() {
-        eprintln!("note: skipping the full-disk cases (no /dev/full device)");
+        hmct_ir::testing::skip("the full-disk cases (no /dev/full device)");
         return None;
     }
     let out = tempfile::tempdir().unwrap();
@@ -960,4 +960,54 @@ fn a_json_that_cannot_be_written_takes_the_figures_with_it() {
         assert!(r.stderr.contains("No space left on device"), "{context}");
         assert_eq!(listing(out.path()), ["full"], "{context}");
     }
+}
+
+#[test]
+fn swapped_model_and_data_say_what_was_expected() {
+    let mut failures = Failures::default();
+    let out = tempfile::tempdir().unwrap();
+    let (m, d) = (calibrated(), good_data());
+    // The data folder where the model goes: every command says a model file was
+    // expected, naming the folder once.
+    for (command, args) in commands(&d, &m, out.path()) {
+        failures.check(
+            &format!("{command} with the data folder as the model"),
+            &args,
+            RUNTIME,
+            "calibration_data: not an ONNX model: a folder; a .onnx model file was expected",
+            out.path(),
+        );
+    }
+    // A model file where the data folder goes (with a good model first): the file is
+    // named once, not after the model's name as well.
+    for (command, args) in commands_reading_data(&m, &m, out.path()) {
+        failures.check(
+            &format!("{command} with the model as the data folder"),
+            &args,
+            RUNTIME,
+            "calibrated_model.onnx: a file; a calibration-data folder was expected (the model comes first",
+            out.path(),
+        );
+    }
+    failures.assert_none();
+}
+
+#[test]
+fn a_tensor_given_as_a_node_points_to_its_producer() {
+    let out = tempfile::tempdir().unwrap();
+    let model = hmct_ir::load_model(calibrated()).unwrap();
+    let output = model.proto().graph.as_ref().unwrap().output[0].name().to_string();
+    let producer = model.node_name(model.producer(&output).unwrap()).to_string();
+    let args = os(&[
+        &"get-sensitivity-of-nodes",
+        &calibrated(),
+        &good_data(),
+        &"-o",
+        &output,
+        &"--json",
+        &out.path().join("s.json"),
+    ]);
+    let expected =
+        format!("'{output}' (a tensor, not a node: it is the output of node '{producer}')");
+    check_failure("sensitivity -o TENSOR", &args, USAGE, &expected, out.path()).unwrap();
 }

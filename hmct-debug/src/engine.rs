@@ -81,13 +81,17 @@ impl EngineError {
 pub struct UnknownName {
     pub name: String,
     pub suggestions: Vec<String>,
+    /// When `name` is a tensor of the model rather than a node: the node producing it.
+    pub produced_by: Option<String>,
 }
 
 fn describe_unknown(names: &[UnknownName]) -> String {
     let parts: Vec<String> = names
         .iter()
         .map(|u| {
-            if u.suggestions.is_empty() {
+            if let Some(node) = &u.produced_by {
+                format!("'{}' (a tensor, not a node: it is the output of node '{node}')", u.name)
+            } else if u.suggestions.is_empty() {
                 format!("'{}'", u.name)
             } else {
                 format!(
@@ -439,6 +443,10 @@ impl Engine {
                 None => unknown.push(UnknownName {
                     name: name.to_string(),
                     suggestions: self.suggestions(name),
+                    produced_by: self
+                        .model
+                        .producer(name)
+                        .map(|id| self.model.node_name(id).to_string()),
                 }),
             }
         }

@@ -20,9 +20,6 @@ use serde_json::Value;
 
 use crate::distribution::file_safe;
 
-/// Figures wider than this (pixels) scroll instead of shrinking to the page.
-const WIDE: u32 = 1400;
-
 /// Per-node detail is given for at most this many calibration nodes.
 pub const TOP_DETAIL: usize = 20;
 
@@ -172,7 +169,6 @@ struct Partial {
 struct PartialNode {
     name: String,
     calibrations: Vec<String>,
-    sensitivity: Option<Value>,
     single: Option<Value>,
     cumulative: Option<Value>,
 }
@@ -595,12 +591,17 @@ impl<'a> Page<'a> {
         );
         if p.nodes.is_empty() {
             let why = p.pick_threshold.map_or(String::new(), |t| {
-                format!(" at or below pick_threshold {t}")
+                format!(" is at or below pick_threshold {t}")
             });
-            self.note(&format!("No node{why}."));
+            return self.end_with_note(&format!(
+                "No node{why}, so there is nothing to analyse: the calibrated model scores {}.",
+                fmt(opt_num(&p.calibrated))
+            ));
         }
         self.chart(&partial_chart(&p));
-        self.w("<div class=\"scroll\"><table class=\"sortable\"><thead><tr><th>#</th><th>node</th><th>calibration nodes</th><th>sensitivity</th><th>only this node quantized</th><th>cumulative de-quantization</th></tr></thead><tbody>\n");
+        // "Only this node quantized" is the node's sensitivity measured again on the
+        // same samples, so the sensitivity gets no column of its own.
+        self.w("<div class=\"scroll\"><table class=\"sortable\"><thead><tr><th>#</th><th>node</th><th>calibration nodes</th><th>only this node quantized</th><th>cumulative de-quantization</th></tr></thead><tbody>\n");
         for (i, n) in p.nodes.iter().enumerate() {
             let _ = write!(
                 self.out,
@@ -610,7 +611,7 @@ impl<'a> Page<'a> {
                 escape(&n.name),
                 escape(&n.calibrations.join(", "))
             );
-            for v in [&n.sensitivity, &n.single, &n.cumulative] {
+            for v in [&n.single, &n.cumulative] {
                 self.out.push_str(&num_cell(opt_num(v)));
             }
             self.w("</tr>\n");
@@ -841,15 +842,9 @@ impl<'a> Page<'a> {
         let body = body
             .replace("id=\"", &format!("id=\"{prefix}"))
             .replace("href=\"#", &format!("href=\"#{prefix}"));
-        // A chart over hundreds of nodes is kept at its size and scrolls sideways:
-        // shrunk to the page, its labels could not be read.
-        let width = body
-            .split_once("width=\"")
-            .and_then(|(_, rest)| rest.split_once('"'))
-            .and_then(|(w, _)| w.parse::<u32>().ok())
-            .unwrap_or(0);
-        let class = if width > WIDE { " class=\"wide\"" } else { "" };
-        let _ = writeln!(self.out, "<figure{class}>{body}</figure>");
+        // Every chart is scaled to the page, however many nodes it spans: a page
+        // that scrolls sideways hides the part of the curve that matters.
+        let _ = writeln!(self.out, "<figure>{body}</figure>");
     }
 }
 
@@ -1015,11 +1010,11 @@ th[data-dir=asc]::after{content:' \\25B2'}th[data-dir=desc]::after{content:' \\2
 table.kv th{background:#f8f8f8;width:14em;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}
 tbody tr:nth-child(even){background:#fafafa}tr.warning td{background:#fff4e5}tr.info td{background:#eef5ff}
 p.warning{color:#8a4b00}p.info{color:#24497a}p.note{color:#666;font-style:italic}p.ok{color:#1d6b2f}
-code{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.95em;overflow-wrap:anywhere}code.cmd{display:block;white-space:pre-wrap;background:#f6f8fa;padding:.4em}
+code{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.95em;overflow-wrap:break-word}code.cmd{display:block;white-space:pre-wrap;background:#f6f8fa;padding:.4em}
 .scroll{max-height:32em;overflow:auto;border:1px solid #eee}
 .dim{color:#666;font-weight:normal;margin-left:.6em}
 details{border:1px solid #ddd;border-radius:4px;margin:.5em 0;padding:.3em .8em}summary{cursor:pointer;font-weight:600}
-figure{margin:.6em 0}figure svg,figure img{max-width:100%;height:auto;display:block}figure.wide{overflow-x:auto}figure.wide svg{max-width:none}
+figure{margin:.6em 0}figure svg,figure img{max-width:100%;height:auto;display:block}
 ";
 
 /// Click a header to sort its table by that column (numbers by `data-v`, missing

@@ -65,6 +65,13 @@ struct Index {
 pub fn load_model(path: impl AsRef<Path>) -> Result<Model, IrError> {
     let path = path.as_ref();
     let file = path.display().to_string();
+    if path.is_dir() {
+        // Most often the data folder given where the model goes.
+        return Err(IrError::NotOnnx {
+            file,
+            message: "a folder; a .onnx model file was expected (the model comes first, then the data folder)".into(),
+        });
+    }
     let bytes = std::fs::read(path).map_err(|error| IrError::Io {
         file: file.clone(),
         error,

@@ -37,6 +37,17 @@ impl Dataset {
     /// Matches `dir` to `inputs`. Errors name the folder or file at fault.
     pub fn open(dir: &Path, inputs: &[InputSpec]) -> Result<Dataset, TensorError> {
         let ctx = dir.display().to_string();
+        if dir.is_file() {
+            let swapped = if dir.extension().is_some_and(|e| e.eq_ignore_ascii_case("onnx")) {
+                " (the model comes first, then the data folder)"
+            } else {
+                ""
+            };
+            return Err(TensorError::invalid(
+                &ctx,
+                format!("a file; a calibration-data folder was expected{swapped}"),
+            ));
+        }
         if !dir.is_dir() {
             return Err(TensorError::invalid(&ctx, "data folder not found"));
         }
