@@ -36,6 +36,7 @@ impl ConvShape {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 const fn conv(
     name: &'static str,
     c: usize,

@@ -466,6 +466,7 @@ const POINTWISE_COLS: usize = 4096;
 const M_BLOCK: usize = 64;
 
 /// Conv forward on row-major data. Returns the output and its shape.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn conv_nd<T: Scalar>(
     x: &[T],
     xs: &[usize],

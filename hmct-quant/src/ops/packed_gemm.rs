@@ -116,7 +116,7 @@ pub(crate) unsafe fn gemm(
     c: *mut f32,
     ldc: usize,
 ) {
-    debug_assert!(rows.start % MR == 0 && rows.end <= a.m);
+    debug_assert!(rows.start.is_multiple_of(MR) && rows.end <= a.m);
     let n = columns.len();
     if rows.is_empty() || n == 0 {
         return;
@@ -502,7 +502,7 @@ pub(crate) fn conv(
             Some(bias) => Start::Bias(&bias[gi * mg..][..mg]),
             None => Start::Zero,
         };
-        let yp = yp;
+        let yp = &yp;
         // SAFETY: the task writes channels `gi·mg + rows` × positions `cols` of image
         // `b`, which no other task writes, inside `y` (checked above); `available`
         // was checked above.
