@@ -701,6 +701,20 @@ pub(crate) fn labelled_ticks(scale: &Scale, max_count: usize) -> Vec<(f64, Strin
     ticks.iter().map(|t| (*t, fmt.format(*t))).collect()
 }
 
+/// Ticks of a count axis: whole numbers only, since a tick at 0.2 of a count means
+/// nothing (a histogram whose tallest bin holds one value got 0.0, 0.2, ... 1.0).
+pub(crate) fn labelled_count_ticks(scale: &Scale, max_count: usize) -> Vec<(f64, String)> {
+    let ticks = labelled_ticks(scale, max_count);
+    if ticks.iter().all(|(t, _)| t.fract() == 0.0) {
+        return ticks;
+    }
+    ticks
+        .into_iter()
+        .filter(|(t, _)| t.fract() == 0.0)
+        .map(|(t, _)| (t, format!("{t:.0}")))
+        .collect()
+}
+
 /// Widest tick label, in pixels.
 pub(crate) fn max_label_width(ticks: &[(f64, String)]) -> u32 {
     ticks
@@ -725,6 +739,26 @@ pub(crate) fn padded_range(lo: f64, hi: f64, pad: f64) -> (f64, f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn count_ticks_are_whole_numbers() {
+        let labels = |hi: f64| -> Vec<String> {
+            labelled_count_ticks(&Scale::linear(0.0, hi), 8)
+                .into_iter()
+                .map(|(_, l)| l)
+                .collect()
+        };
+        assert_eq!(labels(1.05), ["0", "1"]);
+        assert_eq!(labels(3.15), ["0", "1", "2", "3"]);
+        // Large counts keep the ordinary labels.
+        assert_eq!(
+            labels(2100.0),
+            labelled_ticks(&Scale::linear(0.0, 2100.0), 8)
+                .into_iter()
+                .map(|(_, l)| l)
+                .collect::<Vec<_>>()
+        );
+    }
 
     #[test]
     fn nice_ticks_are_round_and_inside() {

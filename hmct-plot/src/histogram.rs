@@ -261,7 +261,7 @@ impl<'a> HistScene<'a> {
             Some((_, h)) => h.saturating_sub(top + bottom).max(100),
             None => DEFAULT_PLOT.1,
         };
-        let y_ticks = draw::labelled_ticks(&y, (plot_h / 45) as usize);
+        let y_ticks = draw::labelled_count_ticks(&y, (plot_h / 45) as usize);
         let left = Margins::left_for(draw::max_label_width(&y_ticks));
         let (legend_w, _) = draw::legend_size(&legend, plot_h);
         let right = if legend_w > 0 { legend_w + 30 } else { 30 };
