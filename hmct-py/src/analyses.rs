@@ -20,6 +20,7 @@ use hmct_debug::mixed_precision::{
 use hmct_debug::outliers::{OutliersOptions, outliers};
 use hmct_debug::precision_table::{PrecisionTableOptions, precision_table};
 use hmct_debug::runall::{RunallOptions, runall};
+use hmct_debug::shard::Shard;
 use hmct_debug::sensitivity::{NodeType, SensitivityOptions, get_sensitivity_of_nodes, parse_metrics};
 use hmct_debug::sensitivity_analysis::{
     DequantQType, SensitivityAnalysisOptions, sensitivity_analysis, write_partial_quantization,
@@ -73,6 +74,12 @@ fn data_num(n: Option<usize>) -> PyResult<Option<usize>> {
         return Err(value_error("data_num must be at least 1"));
     }
     Ok(n)
+}
+
+/// `shard="I/N"` (1-based), as `--shard` takes it.
+fn shard(text: Option<&str>) -> PyResult<Option<Shard>> {
+    text.map(|t| t.parse::<Shard>().map_err(|e| value_error(e.to_string())))
+        .transpose()
 }
 
 /// `quantize_node` / `non_quantize_node` as normalized by Python: (nested?, groups).
@@ -158,7 +165,8 @@ impl Analyzer {
     }
 
     /// Node sensitivity: (result JSON, verbose table).
-    #[pyo3(signature = (metrics_names, node_type, output_nodes, data_num_, interested_nodes, progress=None))]
+    #[pyo3(signature = (metrics_names, node_type, output_nodes, data_num_, interested_nodes, exclude_samples=Vec::new(), shard_=None, progress=None))]
+    #[allow(clippy::too_many_arguments)]
     fn sensitivity(
         &self,
         py: Python<'_>,
@@ -167,6 +175,8 @@ impl Analyzer {
         output_nodes: Vec<String>,
         data_num_: Option<usize>,
         interested_nodes: Option<Vec<Vec<String>>>,
+        exclude_samples: Vec<usize>,
+        shard_: Option<&str>,
         progress: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<(String, String)> {
         if interested_nodes.as_ref().is_some_and(Vec::is_empty) {
@@ -178,6 +188,8 @@ impl Analyzer {
             output_nodes,
             data_num: data_num(data_num_)?,
             interested_nodes,
+            exclude_samples,
+            shard: shard(shard_)?,
         };
         let result = self.run(py, progress, |engine, p| {
             get_sensitivity_of_nodes(engine, &options, &|d, t| p.set("sensitivity", d, t))
@@ -365,15 +377,17 @@ impl Analyzer {
     }
 
     /// Per-node end-to-end vs per-layer error: (result JSON, table).
-    #[pyo3(signature = (data_num_, progress=None))]
+    #[pyo3(signature = (data_num_, shard_=None, progress=None))]
     fn precision_table(
         &self,
         py: Python<'_>,
         data_num_: Option<usize>,
+        shard_: Option<&str>,
         progress: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<(String, String)> {
         let options = PrecisionTableOptions {
             data_num: data_num(data_num_)?,
+            shard: shard(shard_)?,
         };
         let result = self.run(py, progress, |engine, p| {
             precision_table(engine, &options, &|d, t| p.set("precision table", d, t))

@@ -164,6 +164,12 @@ def _count(value: Optional[int], what: str) -> Optional[int]:
     return int(value)
 
 
+def _index(value: Any, what: str) -> int:
+    if isinstance(value, bool) or int(value) != value or value < 0:
+        raise ValueError(f"{what}: sample numbers count from 0, got {value!r}")
+    return int(value)
+
+
 def _number(v: Any) -> Any:
     """JSON spells non-finite figures as strings; they come back as floats."""
     if isinstance(v, str) and v in ("inf", "-inf", "nan"):
@@ -255,10 +261,13 @@ def get_sensitivity_of_nodes(
     interested_nodes: Optional[Sequence[Union[str, Sequence[str]]]] = None,
     *,
     save_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
+    exclude_samples: Sequence[int] = (),
+    shard: Optional[str] = None,
+    full_result: bool = False,
     threads: int = 0,
     cache_mb: Optional[int] = None,
     progress: Progress = True,
-) -> Dict[str, Dict[str, float]]:
+) -> Dict[str, Any]:
     """Node quantization sensitivity: how much quantizing each node alone costs.
 
     Each candidate is run from the float model with only its calibration nodes
@@ -283,6 +292,16 @@ def get_sensitivity_of_nodes(
             quantized together and reported as ``a+b``. ``None``: every candidate.
         save_dir: also write the table to ``save_dir/sensitivity_of_<node_type>.log``
             (the CLI's ``-s``).
+        exclude_samples: samples (numbered from 0) the ranking leaves out, e.g. a
+            near-empty one flagged in the result's ``warnings`` (the CLI's
+            ``--exclude-samples``); they are still run and reported per sample.
+        shard: ``"I/N"`` (1-based): only shard I of N of the candidates, split by
+            estimated cost (the CLI's ``--shard``; see docs/sharding.md). Returns
+            that shard's candidates; merge the parts with ``full_result=True`` and
+            ``hmct-debugger merge`` for the exact unsharded result.
+        full_result: return the whole result (the CLI's ``--json``: entries with
+            ``per_sample`` figures, ``warnings`` about degenerate samples, the
+            model and data digests) instead of ``{name: {metric: value}}``.
         threads: worker threads, 0 = all cores; results never depend on it.
         cache_mb: memory for cached float activations (default: half the
             available memory); results never depend on it.
@@ -290,7 +309,8 @@ def get_sensitivity_of_nodes(
             nothing; a callable gets ``(stage, done, total)``.
 
     Returns:
-        ``{name: {metric: value}}``, most sensitive first (by the first metric).
+        ``{name: {metric: value}}``, most sensitive first (by the first metric);
+        with ``full_result=True`` the CLI's ``--json`` as a dict.
 
     Raises:
         ValueError: unknown node names (with close matches), metrics or node type,
@@ -305,6 +325,8 @@ def get_sensitivity_of_nodes(
             _names(output_node, "output_node"),
             _count(data_num, "data_num"),
             _groups(interested_nodes, "interested_nodes"),
+            [_index(i, "exclude_samples") for i in exclude_samples],
+            None if shard is None else str(shard),
             bar.callback(),
         )
     result = _loads(text)
@@ -317,6 +339,8 @@ def get_sensitivity_of_nodes(
         with open(tmp, "w") as f:
             f.write(table)
         os.replace(tmp, path)
+    if full_result:
+        return result
     return {e["name"]: dict(e["values"]) for e in result["entries"]}
 
 
@@ -602,6 +626,7 @@ def precision_table(
     data_num: Optional[int] = 1,
     verbose: bool = False,
     *,
+    shard: Optional[str] = None,
     threads: int = 0,
     cache_mb: Optional[int] = None,
     progress: Progress = True,
@@ -609,10 +634,13 @@ def precision_table(
     """Per quantized node: the end-to-end error (that node quantized alone, measured on
     the outputs) against the per-layer error (measured on its own output), and the
     amplification between them. ``data_num`` defaults to one sample; ``verbose``
-    logs the table at INFO. Returns the CLI's ``precision-table --json``."""
+    logs the table at INFO; ``shard="I/N"`` computes only that part of the nodes
+    (the CLI's ``--shard``). Returns the CLI's ``precision-table --json``."""
     analyzer = _analyzer(model_or_file, calibrated_data, threads, cache_mb)
     with _Bar(progress) as bar:
-        text, table = analyzer.precision_table(_count(data_num, "data_num"), bar.callback())
+        text, table = analyzer.precision_table(
+            _count(data_num, "data_num"), None if shard is None else str(shard), bar.callback()
+        )
     if verbose:
         _log_table(table)
     return _loads(text)
