@@ -415,10 +415,11 @@ impl Engine {
         Ok(self.data.sample(i)?)
     }
 
-    /// The files of sample `i`, one per model input, in input order.
-    pub fn sample_files(&self, i: usize) -> Vec<&Path> {
+    /// Sample `i` as `.npy` bytes, one per model input, in input order (the files'
+    /// own bytes when the data is a folder).
+    pub fn sample_npy_bytes(&self, i: usize) -> Result<Vec<Vec<u8>>, EngineError> {
         (0..self.input_names.len())
-            .map(|k| self.data.file(k, i))
+            .map(|k| Ok(self.data.npy_bytes(k, i)?))
             .collect()
     }
 

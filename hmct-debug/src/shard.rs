@@ -204,7 +204,8 @@ pub struct PartInfo {
 pub struct Provenance {
     /// `sha256:` of the model file (of its protobuf encoding when it has no file).
     pub model_digest: String,
-    /// `sha256:` over the `.npy` files of the samples used, input by input.
+    /// `sha256:` over the `.npy` files of the samples used, input by input (over
+    /// the samples written as `.npy` when they were given in memory).
     pub data_digest: String,
 }
 
@@ -218,13 +219,7 @@ impl Provenance {
             .unwrap_or_else(|| hmct_ir::model_to_bytes(model));
         let mut data = Sha256::new();
         for s in 0..samples {
-            for file in engine.sample_files(s) {
-                let bytes = std::fs::read(file).map_err(|source| {
-                    EngineError::Data(hmct_tensor::TensorError::Io {
-                        path: file.display().to_string(),
-                        source,
-                    })
-                })?;
+            for bytes in engine.sample_npy_bytes(s)? {
                 // Lengths first, so that no two different sample sets hash alike.
                 data.update(&(bytes.len() as u64).to_le_bytes());
                 data.update(&bytes);

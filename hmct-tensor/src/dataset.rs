@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::{DType, Tensor, TensorError, read_npy};
+use crate::{DType, Tensor, TensorError, read_npy, write_npy_bytes};
 
 /// What a model expects of one input.
 #[derive(Clone, Debug)]
@@ -163,6 +163,19 @@ impl Dataset {
     /// The file of `input` for `sample` (a label for in-memory datasets).
     pub fn file(&self, input: usize, sample: usize) -> &Path {
         &self.files[input][sample]
+    }
+
+    /// `input` of `sample` as `.npy` bytes: the file's own, or for an in-memory
+    /// dataset the tensor written as `.npy` (what a digest of the data hashes).
+    pub fn npy_bytes(&self, input: usize, sample: usize) -> Result<Vec<u8>, TensorError> {
+        if let Some(memory) = &self.memory {
+            return write_npy_bytes(&memory[input][sample]);
+        }
+        let path = &self.files[input][sample];
+        std::fs::read(path).map_err(|source| TensorError::Io {
+            path: path.display().to_string(),
+            source,
+        })
     }
 
     /// Reads sample `i`: one checked tensor per input, in input order.
