@@ -304,7 +304,8 @@ pub fn fma_peak_gflops() -> f64 {
     const ITERS: u64 = 20_000_000;
     #[cfg(target_arch = "x86_64")]
     {
-        let (lanes, run): (f64, fn(u64) -> f32) = if std::arch::is_x86_feature_detected!("avx512f") {
+        let (lanes, run): (f64, fn(u64) -> f32) = if std::arch::is_x86_feature_detected!("avx512f")
+        {
             // SAFETY: the CPU has AVX-512F.
             (16.0, |n| unsafe { fma_chains_avx512(n) })
         } else if std::arch::is_x86_feature_detected!("avx2")
@@ -338,7 +339,9 @@ fn fma_chains_avx512(iters: u64) -> f32 {
             *v = _mm512_fmadd_ps(*v, a, b);
         }
     }
-    let sum = acc.iter().fold(_mm512_setzero_ps(), |s, &v| _mm512_add_ps(s, v));
+    let sum = acc
+        .iter()
+        .fold(_mm512_setzero_ps(), |s, &v| _mm512_add_ps(s, v));
     _mm512_reduce_add_ps(sum)
 }
 
@@ -353,7 +356,9 @@ fn fma_chains_avx2(iters: u64) -> f32 {
             *v = _mm256_fmadd_ps(*v, a, b);
         }
     }
-    let sum = acc.iter().fold(_mm256_setzero_ps(), |s, &v| _mm256_add_ps(s, v));
+    let sum = acc
+        .iter()
+        .fold(_mm256_setzero_ps(), |s, &v| _mm256_add_ps(s, v));
     let mut lanes = [0.0f32; 8];
     // SAFETY: `lanes` holds eight f32 values.
     unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), sum) };

@@ -40,10 +40,9 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         "standard" | "onnx" | "auto" => None,
         "microsoft" | "com.microsoft" => Some(QdqDomain::Microsoft),
         other => {
-            return Err(UsageError(format!(
-                "--domain: `{other}` is not standard or microsoft"
-            ))
-            .into());
+            return Err(
+                UsageError(format!("--domain: `{other}` is not standard or microsoft")).into(),
+            );
         }
     };
     let model = load_model(&args.model)?;

@@ -996,8 +996,12 @@ fn swapped_model_and_data_say_what_was_expected() {
 fn a_tensor_given_as_a_node_points_to_its_producer() {
     let out = tempfile::tempdir().unwrap();
     let model = hmct_ir::load_model(calibrated()).unwrap();
-    let output = model.proto().graph.as_ref().unwrap().output[0].name().to_string();
-    let producer = model.node_name(model.producer(&output).unwrap()).to_string();
+    let output = model.proto().graph.as_ref().unwrap().output[0]
+        .name()
+        .to_string();
+    let producer = model
+        .node_name(model.producer(&output).unwrap())
+        .to_string();
     let args = os(&[
         &"get-sensitivity-of-nodes",
         &calibrated(),

@@ -42,8 +42,11 @@ fn constant_of_shape_is_left_float_and_summary_says_so() {
     let data = dir.path().join("data");
     std::fs::create_dir(&data).unwrap();
     for i in 0..2 {
-        let x = Tensor::from_f32(&[1, 2, 4, 4], (0..32).map(|k| (k + i) as f32 / 7.0 - 2.0).collect())
-            .unwrap();
+        let x = Tensor::from_f32(
+            &[1, 2, 4, 4],
+            (0..32).map(|k| (k + i) as f32 / 7.0 - 2.0).collect(),
+        )
+        .unwrap();
         hmct_tensor::write_npy(&data.join(format!("{i}.npy")), &x).unwrap();
     }
     let calibrated = dir.path().join("calibrated.onnx");
@@ -59,7 +62,10 @@ fn constant_of_shape_is_left_float_and_summary_says_so() {
         stdout.contains(sentence) && stdout.contains(": zeros"),
         "{stdout}"
     );
-    assert!(stdout.contains("1 calibration nodes (1 activation"), "{stdout}");
+    assert!(
+        stdout.contains("1 calibration nodes (1 activation"),
+        "{stdout}"
+    );
 
     let summary = debugger(&[Path::new("summary"), &calibrated]);
     assert!(
@@ -68,7 +74,12 @@ fn constant_of_shape_is_left_float_and_summary_says_so() {
         "{summary}"
     );
     let json = dir.path().join("summary.json");
-    debugger(&[Path::new("summary"), &calibrated, Path::new("--json"), &json]);
+    debugger(&[
+        Path::new("summary"),
+        &calibrated,
+        Path::new("--json"),
+        &json,
+    ]);
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
     assert!(

@@ -48,10 +48,12 @@ fn with_domain(dir: &Path, domain: Option<&str>) -> PathBuf {
     assert!(changed > 10, "the example has calibration nodes");
     proto.opset_import.retain(|o| o.domain() != "horizon");
     if let Some(d) = domain.filter(|d| !d.is_empty()) {
-        proto.opset_import.push(hmct_proto::onnx::OperatorSetIdProto {
-            domain: Some(d.into()),
-            version: Some(1),
-        });
+        proto
+            .opset_import
+            .push(hmct_proto::onnx::OperatorSetIdProto {
+                domain: Some(d.into()),
+                version: Some(1),
+            });
     }
     let path = dir.join(format!("{}.onnx", domain.unwrap_or("none")));
     std::fs::write(&path, proto.encode_to_vec()).unwrap();

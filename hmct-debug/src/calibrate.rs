@@ -37,8 +37,8 @@ use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use hmct_proto::onnx::StringStringEntryProto;
 use hmct_ir::{CalibrationInsert, CalibrationSpec, IrError, Model, NodeId, QType, TensorType};
+use hmct_proto::onnx::StringStringEntryProto;
 use hmct_quant::{Capture, Config, PlanError, RunError, Session, Slot, plan_model};
 use hmct_tensor::{Dataset, InputSpec, Tensor, TensorError};
 use rayon::prelude::*;
@@ -436,8 +436,8 @@ pub fn data_independent(model: &Model) -> HashSet<String> {
         let independent = standard
             && match node.op_type() {
                 "Shape" | "Size" | "ConstantOfShape" | "EyeLike" | "Constant" => true,
-                "If" | "Loop" | "Scan" | "RandomNormal" | "RandomUniform"
-                | "RandomNormalLike" | "RandomUniformLike" | "Multinomial" | "Bernoulli" => false,
+                "If" | "Loop" | "Scan" | "RandomNormal" | "RandomUniform" | "RandomNormalLike"
+                | "RandomUniformLike" | "Multinomial" | "Bernoulli" => false,
                 _ => {
                     node.input.iter().any(|i| !i.is_empty())
                         && node

@@ -343,7 +343,9 @@ pub fn plot_distribution(
             }
             t.float.extend(numeric(&x, t.name, &t.tensor)?);
             if let (DistributionKind::Node, Some(calibrated)) = (t.kind, &calibrated) {
-                let y = session.value(calibrated, t.slot).map_err(EngineError::from)?;
+                let y = session
+                    .value(calibrated, t.slot)
+                    .map_err(EngineError::from)?;
                 t.calibrated.extend(numeric(&y, t.name, &t.tensor)?);
             }
         }

@@ -90,7 +90,10 @@ fn describe_unknown(names: &[UnknownName]) -> String {
         .iter()
         .map(|u| {
             if let Some(node) = &u.produced_by {
-                format!("'{}' (a tensor, not a node: it is the output of node '{node}')", u.name)
+                format!(
+                    "'{}' (a tensor, not a node: it is the output of node '{node}')",
+                    u.name
+                )
             } else if u.suggestions.is_empty() {
                 format!("'{}'", u.name)
             } else {

@@ -197,14 +197,15 @@ pub fn search(
         own_overrides,
         ..
     } = prepare_steps(engine, options, progress)?;
-    let mut score_of = |overrides: Vec<(usize, hmct_quant::Override)>| -> Result<f64, TaskMetricError> {
-        let probe = Probe {
-            base: Base::Calibrated,
-            overrides,
+    let mut score_of =
+        |overrides: Vec<(usize, hmct_quant::Override)>| -> Result<f64, TaskMetricError> {
+            let probe = Probe {
+                base: Base::Calibrated,
+                overrides,
+            };
+            let outputs = probe_outputs(engine, &probe, &compared, samples)?;
+            evaluate(outputs).map_err(TaskMetricError::Evaluate)
         };
-        let outputs = probe_outputs(engine, &probe, &compared, samples)?;
-        evaluate(outputs).map_err(TaskMetricError::Evaluate)
-    };
     let total = max_steps + 1;
     let mut evaluations: Vec<Evaluation> = Vec::new();
     let mut reached = None;

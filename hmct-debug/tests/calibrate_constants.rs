@@ -3,9 +3,7 @@
 //! node: they are left float, listed in the report, and recorded in the model's
 //! metadata, while every real activation is still calibrated.
 
-use hmct_debug::calibrate::{
-    CalibrateOptions, METADATA_KEY, calibrate_samples, data_independent,
-};
+use hmct_debug::calibrate::{CalibrateOptions, METADATA_KEY, calibrate_samples, data_independent};
 use hmct_ir::Model;
 use hmct_ir::testing::build::{self, float_value, int_attr, named_value, node};
 use hmct_proto::onnx::{AttributeProto, TensorProto, attribute_proto::AttributeType};
@@ -84,8 +82,11 @@ fn constant_foldable_inputs_are_left_float_and_reported() {
         assert!(!independent.contains(v), "{v}");
     }
 
-    let x = Tensor::from_f32(&[1, 2, 4, 4], (0..32).map(|k| k as f32 / 8.0 - 2.0).collect())
-        .unwrap();
+    let x = Tensor::from_f32(
+        &[1, 2, 4, 4],
+        (0..32).map(|k| k as f32 / 8.0 - 2.0).collect(),
+    )
+    .unwrap();
     let samples = vec![vec![("x".to_string(), x.clone())]];
     let out = calibrate_samples(&m, &samples, &CalibrateOptions::default(), &|_, _| {}).unwrap();
     let mut calibrated: Vec<&str> = out.report.nodes.iter().map(|n| n.input.as_str()).collect();

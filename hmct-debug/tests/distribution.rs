@@ -47,7 +47,14 @@ fn full_run_value(model: &Model, data: &Path, config: &Config, value: &str) -> T
         let values = session
             .run_from(&bound, None, config, &[slot], Capture::All)
             .unwrap();
-        parts.push(session.value(&values, slot).unwrap().as_f32().unwrap().to_owned());
+        parts.push(
+            session
+                .value(&values, slot)
+                .unwrap()
+                .as_f32()
+                .unwrap()
+                .to_owned(),
+        );
     }
     let views: Vec<_> = parts.iter().map(|a| a.view()).collect();
     Tensor::from(hmct_tensor::ndarray::concatenate(hmct_tensor::ndarray::Axis(0), &views).unwrap())
@@ -325,7 +332,10 @@ fn channel_statistics_match_a_direct_computation() {
     let a = &result.items[1];
     assert_eq!(a.kind, ChannelwiseKind::Activation);
     assert_eq!(a.axis, 1);
-    assert_eq!((a.samples, w.samples, result.samples), (SAMPLES, 1, SAMPLES));
+    assert_eq!(
+        (a.samples, w.samples, result.samples),
+        (SAMPLES, 1, SAMPLES)
+    );
     let x = full_run_value(&model, &data, &Config::float(), "p_re_lu/add:0_pooling0");
     assert_eq!(a.shape[0] * SAMPLES, x.shape()[0]);
     assert_eq!(a.shape[1..], x.shape()[1..]);

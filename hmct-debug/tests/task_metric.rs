@@ -36,15 +36,26 @@ fn float_outputs(model: &Model, data: &Path) -> Vec<Vec<Vec<f32>>> {
     (0..ds.len())
         .map(|s| {
             let sample = ds.sample(s).unwrap();
-            let inputs: Vec<(&str, Tensor)> =
-                sample.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+            let inputs: Vec<(&str, Tensor)> = sample
+                .iter()
+                .map(|(n, t)| (n.as_str(), t.clone()))
+                .collect();
             let bound = session.bind_inputs(&inputs).unwrap();
             let values = session
                 .run_from(&bound, None, &Config::float(), &slots, Capture::Wanted)
                 .unwrap();
             slots
                 .iter()
-                .map(|&o| session.value(&values, o).unwrap().as_f32().unwrap().iter().copied().collect())
+                .map(|&o| {
+                    session
+                        .value(&values, o)
+                        .unwrap()
+                        .as_f32()
+                        .unwrap()
+                        .iter()
+                        .copied()
+                        .collect()
+                })
                 .collect()
         })
         .collect()
@@ -97,7 +108,15 @@ fn prefix_search_matches_the_metric_search_and_stops_at_the_target() {
         target: 2.0,
         higher_is_better: true,
     };
-    let found = search(&engine, &options, goal, Strategy::Prefix, &mut evaluate, &|_, _, _| {}).unwrap();
+    let found = search(
+        &engine,
+        &options,
+        goal,
+        Strategy::Prefix,
+        &mut evaluate,
+        &|_, _, _| {},
+    )
+    .unwrap();
     assert_eq!(calls, 4);
     assert!(!found.reached);
     let values: Vec<f64> = by_metric.curve.iter().map(|s| s.value).collect();
@@ -118,7 +137,15 @@ fn prefix_search_matches_the_metric_search_and_stops_at_the_target() {
         target: scores[k],
         higher_is_better: true,
     };
-    let found = search(&engine, &options, goal, Strategy::Prefix, &mut evaluate, &|_, _, _| {}).unwrap();
+    let found = search(
+        &engine,
+        &options,
+        goal,
+        Strategy::Prefix,
+        &mut evaluate,
+        &|_, _, _| {},
+    )
+    .unwrap();
     assert!(scores[0] < scores[k], "{scores:?}");
     assert!(found.reached && 0 < found.chosen && found.chosen <= k);
     assert_eq!(calls, found.chosen + 1);
@@ -140,7 +167,15 @@ fn greedy_keeps_only_improvements_and_errors_stop_it() {
         target: 2.0,
         higher_is_better: true,
     };
-    let found = search(&engine, &options, goal, Strategy::Greedy, &mut evaluate, &|_, _, _| {}).unwrap();
+    let found = search(
+        &engine,
+        &options,
+        goal,
+        Strategy::Greedy,
+        &mut evaluate,
+        &|_, _, _| {},
+    )
+    .unwrap();
     assert_eq!(calls, found.evaluations.len());
     assert_eq!(found.evaluations.len(), found.candidates + 1);
     let mut best = found.evaluations[0].score;
@@ -157,8 +192,19 @@ fn greedy_keeps_only_improvements_and_errors_stop_it() {
     assert_eq!(found.promoted_nodes(), kept.as_slice());
 
     let mut evaluate = |_: Outputs| Err("no labels".to_string());
-    let err = search(&engine, &options, goal, Strategy::Greedy, &mut evaluate, &|_, _, _| {}).unwrap_err();
-    assert!(matches!(&err, TaskMetricError::Evaluate(m) if m == "no labels"), "{err}");
+    let err = search(
+        &engine,
+        &options,
+        goal,
+        Strategy::Greedy,
+        &mut evaluate,
+        &|_, _, _| {},
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, TaskMetricError::Evaluate(m) if m == "no labels"),
+        "{err}"
+    );
     assert!(!err.is_usage());
 }
 
@@ -168,7 +214,8 @@ fn a_raised_cancel_flag_stops_the_engine() {
     let mut engine = engine(&model, &data);
     let flag = Arc::new(AtomicBool::new(true));
     engine.set_cancel_flag(flag.clone());
-    let err = get_sensitivity_of_nodes(&engine, &SensitivityOptions::default(), &|_, _| {}).unwrap_err();
+    let err =
+        get_sensitivity_of_nodes(&engine, &SensitivityOptions::default(), &|_, _| {}).unwrap_err();
     assert!(
         matches!(err, SensitivityError::Engine(EngineError::Cancelled)),
         "{err}"
@@ -185,7 +232,11 @@ fn in_memory_data_gives_the_folders_results() {
     let specs = plan.input_specs();
     let ds = Dataset::open(&data, &specs).unwrap();
     let samples: Vec<Vec<Tensor>> = (0..specs.len())
-        .map(|k| (0..ds.len()).map(|s| ds.sample(s).unwrap()[k].1.clone()).collect())
+        .map(|k| {
+            (0..ds.len())
+                .map(|s| ds.sample(s).unwrap()[k].1.clone())
+                .collect()
+        })
         .collect();
     let memory = Dataset::from_tensors(&specs, samples).unwrap();
     let from_memory = Engine::with_dataset(model, plan, memory, &EngineOptions::default()).unwrap();

@@ -21,8 +21,7 @@ pub const CALIBRATION_DOMAIN: &str = "horizon";
 /// `ai.onnx` being the same default domain): no standard op is called HzCalibration,
 /// so those mean the same node. Another domain's HzCalibration is a different op.
 pub fn is_calibration_node(node: &NodeProto) -> bool {
-    node.op_type() == CALIBRATION_OP
-        && matches!(node.domain(), CALIBRATION_DOMAIN | "" | "ai.onnx")
+    node.op_type() == CALIBRATION_OP && matches!(node.domain(), CALIBRATION_DOMAIN | "" | "ai.onnx")
 }
 
 impl Model {

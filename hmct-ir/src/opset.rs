@@ -230,7 +230,13 @@ impl Raiser {
     }
 
     /// A new initializer named after `node`, returned as an input name.
-    fn constant(&mut self, node: &NodeProto, what: &str, t: TensorProto, rw: &mut Rewrite) -> String {
+    fn constant(
+        &mut self,
+        node: &NodeProto,
+        what: &str,
+        t: TensorProto,
+        rw: &mut Rewrite,
+    ) -> String {
         let name = self.fresh(format!("{}_{what}", node.name()));
         rw.initializers.push(TensorProto {
             name: Some(name.clone()),
@@ -239,7 +245,13 @@ impl Raiser {
         name
     }
 
-    fn ints_input(&mut self, node: &NodeProto, what: &str, v: Vec<i64>, rw: &mut Rewrite) -> String {
+    fn ints_input(
+        &mut self,
+        node: &NodeProto,
+        what: &str,
+        v: Vec<i64>,
+        rw: &mut Rewrite,
+    ) -> String {
         let t = TensorProto {
             dims: vec![v.len() as i64],
             data_type: Some(DataType::Int64 as i32),
@@ -270,7 +282,11 @@ impl Raiser {
         let Some(a) = attr::take(node, name) else {
             return false;
         };
-        let values = if a.ints.is_empty() { a.i.into_iter().collect() } else { a.ints };
+        let values = if a.ints.is_empty() {
+            a.i.into_iter().collect()
+        } else {
+            a.ints
+        };
         let input = self.ints_input(node, name, values, rw);
         set_input(node, index, input);
         rw.what.push(format!("{name} attribute -> input"));
@@ -317,7 +333,8 @@ impl Raiser {
                                 .into(),
                         );
                     }
-                    rw.what.push("spatial attribute dropped (1 is the only meaning left)".into());
+                    rw.what
+                        .push("spatial attribute dropped (1 is the only meaning left)".into());
                 }
                 if self.crosses(14) && node.output.len() > 1 {
                     if let Some(used) = node.output[1..]

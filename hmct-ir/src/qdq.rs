@@ -416,12 +416,11 @@ pub fn export_qdq(model: &Model, options: &QdqOptions) -> Result<QdqExport, QdqE
     // Last, so that the conversions see the final graph; the QDQ nodes written above
     // need no conversion.
     let raised = if domain == QdqDomain::Standard && quantized > 0 && opset < standard_needs {
-        let raised =
-            raise_opset(&mut proto, standard_needs).map_err(|source| QdqError::Opset {
-                opset,
-                needed: standard_needs,
-                source,
-            })?;
+        let raised = raise_opset(&mut proto, standard_needs).map_err(|source| QdqError::Opset {
+            opset,
+            needed: standard_needs,
+            source,
+        })?;
         Some(raised)
     } else {
         None

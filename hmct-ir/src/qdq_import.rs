@@ -38,9 +38,7 @@ use std::collections::{HashMap, HashSet};
 use hmct_proto::onnx::{NodeProto, OperatorSetIdProto, TensorProto};
 use hmct_tensor::{DType, Tensor};
 
-use crate::attr::{
-    floats as floats_attr, get_int, int, ints as ints_attr, string as string_attr,
-};
+use crate::attr::{floats as floats_attr, get_int, int, ints as ints_attr, string as string_attr};
 use crate::calibration::{CALIBRATION_DOMAIN, CALIBRATION_OP};
 use crate::{IrError, Model, NodeId, QType, TensorType};
 
@@ -660,4 +658,3 @@ impl Names {
         name
     }
 }
-

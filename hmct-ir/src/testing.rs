@@ -27,7 +27,10 @@ pub fn skip(reason: &str) {
     // libtest names each test's thread after the test (the main thread runs it when
     // there is one test thread).
     let thread = std::thread::current();
-    let test = thread.name().filter(|n| *n != "main").unwrap_or("(unnamed)");
+    let test = thread
+        .name()
+        .filter(|n| *n != "main")
+        .unwrap_or("(unnamed)");
     // `eprintln!` would be captured and shown only for failing tests; a direct write
     // to the stderr handle is not.
     let _ = writeln!(std::io::stderr(), "test {test} SKIPPED: {reason}");

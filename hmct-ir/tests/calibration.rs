@@ -297,7 +297,9 @@ proptest! {
 
 #[test]
 fn test_calibration_of_pnet() {
-    let Some(m) = testing::calibrated_pnet().unwrap() else { return };
+    let Some(m) = testing::calibrated_pnet().unwrap() else {
+        return;
+    };
     let calibs = m.calibration_nodes();
     // 5 Convs: 4 distinct data inputs (two heads share one) and 5 weights.
     assert_eq!(calibs.len(), 9);

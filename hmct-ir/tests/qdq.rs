@@ -4,9 +4,7 @@
 
 use std::path::PathBuf;
 
-use hmct_ir::{
-    Edit, Model, QType, QdqDomain, QdqOptions, apply_edits, export_qdq, load_model,
-};
+use hmct_ir::{Edit, Model, QType, QdqDomain, QdqOptions, apply_edits, export_qdq, load_model};
 
 fn tiny() -> Model {
     load_model(

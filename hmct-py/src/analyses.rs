@@ -20,11 +20,13 @@ use hmct_debug::mixed_precision::{
 use hmct_debug::outliers::{OutliersOptions, outliers};
 use hmct_debug::precision_table::{PrecisionTableOptions, precision_table};
 use hmct_debug::runall::{RunallOptions, runall};
-use hmct_debug::shard::Shard;
-use hmct_debug::sensitivity::{NodeType, SensitivityOptions, get_sensitivity_of_nodes, parse_metrics};
+use hmct_debug::sensitivity::{
+    NodeType, SensitivityOptions, get_sensitivity_of_nodes, parse_metrics,
+};
 use hmct_debug::sensitivity_analysis::{
     DequantQType, SensitivityAnalysisOptions, sensitivity_analysis, write_partial_quantization,
 };
+use hmct_debug::shard::Shard;
 use hmct_debug::task_metric::{Goal, Strategy, TaskMetricError};
 use hmct_metrics::Metric;
 use hmct_plot::Format;
@@ -50,7 +52,8 @@ pub(crate) struct Analyzer {
 }
 
 fn json<T: Serialize>(value: &T) -> PyResult<String> {
-    serde_json::to_string(value).map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))
+    serde_json::to_string(value)
+        .map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))
 }
 
 fn metrics(names: &[String]) -> PyResult<Vec<Metric>> {
@@ -94,7 +97,10 @@ fn node_list(list: Option<(bool, Vec<Vec<String>>)>) -> Option<NodeList> {
 }
 
 fn paths(written: Vec<PathBuf>) -> Vec<String> {
-    written.into_iter().map(|p| p.display().to_string()).collect()
+    written
+        .into_iter()
+        .map(|p| p.display().to_string())
+        .collect()
 }
 
 /// Half the available memory, from /proc/meminfo; 2 GB when unknown (the CLI's
@@ -148,7 +154,9 @@ impl Analyzer {
         let dataset = DataSource::from_py(data, &specs)?.dataset(&specs)?;
         let options = EngineOptions {
             threads,
-            cache_bytes: Some(cache_mb.map_or_else(default_cache_bytes, |mb| mb.saturating_mul(1 << 20))),
+            cache_bytes: Some(
+                cache_mb.map_or_else(default_cache_bytes, |mb| mb.saturating_mul(1 << 20)),
+            ),
         };
         let mut engine = py
             .detach(|| Engine::with_dataset(model, plan, dataset, &options))
@@ -214,7 +222,9 @@ impl Analyzer {
         progress: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<(String, Vec<String>)> {
         if quantize_node.is_none() && non_quantize_node.is_none() {
-            return Err(value_error("give quantize_node or non_quantize_node (or both)"));
+            return Err(value_error(
+                "give quantize_node or non_quantize_node (or both)",
+            ));
         }
         let options = AccErrorOptions {
             quantize_node: node_list(quantize_node),
@@ -224,11 +234,16 @@ impl Analyzer {
             data_num: data_num(data_num_)?,
         };
         let format = format(fmt)?;
-        let out = self.run(py, progress, |engine, p| -> Result<_, hmct_debug::acc_error::AccError> {
-            let result = plot_acc_error(engine, &options, &|d, t| p.set("accumulated error", d, t))?;
-            let written = write_acc_error(&result, &save_dir, format)?;
-            Ok((result, written))
-        })?;
+        let out = self.run(
+            py,
+            progress,
+            |engine, p| -> Result<_, hmct_debug::acc_error::AccError> {
+                let result =
+                    plot_acc_error(engine, &options, &|d, t| p.set("accumulated error", d, t))?;
+                let written = write_acc_error(&result, &save_dir, format)?;
+                Ok((result, written))
+            },
+        )?;
         let (result, written) = out.map_err(|e: hmct_debug::acc_error::AccError| py_err!(e))?;
         Ok((json(&result)?, paths(written)))
     }
@@ -255,12 +270,17 @@ impl Analyzer {
             ..DistributionOptions::default()
         };
         let format = format(fmt)?;
-        let out = self.run(py, None, |engine, _| -> Result<_, hmct_debug::distribution::DistributionError> {
-            let result = plot_distribution(engine, &options)?;
-            let written = write_distribution(&result, &save_dir, format)?;
-            Ok((result, written))
-        })?;
-        let (result, written) = out.map_err(|e: hmct_debug::distribution::DistributionError| py_err!(e))?;
+        let out = self.run(
+            py,
+            None,
+            |engine, _| -> Result<_, hmct_debug::distribution::DistributionError> {
+                let result = plot_distribution(engine, &options)?;
+                let written = write_distribution(&result, &save_dir, format)?;
+                Ok((result, written))
+            },
+        )?;
+        let (result, written) =
+            out.map_err(|e: hmct_debug::distribution::DistributionError| py_err!(e))?;
         Ok((json(&result)?, paths(written)))
     }
 
@@ -283,12 +303,17 @@ impl Analyzer {
             ..ChannelwiseOptions::default()
         };
         let format = format(fmt)?;
-        let out = self.run(py, None, |engine, _| -> Result<_, hmct_debug::channelwise::ChannelwiseError> {
-            let result = get_channelwise_data_distribution(engine, &options)?;
-            let written = write_channelwise(&result, &save_dir, format)?;
-            Ok((result, written))
-        })?;
-        let (result, written) = out.map_err(|e: hmct_debug::channelwise::ChannelwiseError| py_err!(e))?;
+        let out = self.run(
+            py,
+            None,
+            |engine, _| -> Result<_, hmct_debug::channelwise::ChannelwiseError> {
+                let result = get_channelwise_data_distribution(engine, &options)?;
+                let written = write_channelwise(&result, &save_dir, format)?;
+                Ok((result, written))
+            },
+        )?;
+        let (result, written) =
+            out.map_err(|e: hmct_debug::channelwise::ChannelwiseError| py_err!(e))?;
         Ok((json(&result)?, paths(written)))
     }
 
@@ -313,13 +338,17 @@ impl Analyzer {
             metric: metric(metric_name)?,
             qtype: qtype.parse::<DequantQType>().map_err(|e| py_err!(e))?,
         };
-        let out = self.run(py, progress, |engine, p| -> Result<_, hmct_debug::sensitivity_analysis::AnalysisError> {
-            let result = sensitivity_analysis(engine, &options, &|stage, d, t| {
-                p.set(&format!("{stage:?}").to_lowercase(), d, t)
-            })?;
-            let written = write_partial_quantization(&result, &save_dir)?;
-            Ok((result, written))
-        })?;
+        let out = self.run(
+            py,
+            progress,
+            |engine, p| -> Result<_, hmct_debug::sensitivity_analysis::AnalysisError> {
+                let result = sensitivity_analysis(engine, &options, &|stage, d, t| {
+                    p.set(&format!("{stage:?}").to_lowercase(), d, t)
+                })?;
+                let written = write_partial_quantization(&result, &save_dir)?;
+                Ok((result, written))
+            },
+        )?;
         let (result, written) =
             out.map_err(|e: hmct_debug::sensitivity_analysis::AnalysisError| py_err!(e))?;
         Ok((json(&result)?, paths(written)))
@@ -344,7 +373,8 @@ impl Analyzer {
             };
         }
         let node_type: Option<String> = opt!("node_type");
-        let ns_metrics: Vec<String> = opt!("ns_metrics").unwrap_or_else(|| vec!["cosine-similarity".into()]);
+        let ns_metrics: Vec<String> =
+            opt!("ns_metrics").unwrap_or_else(|| vec!["cosine-similarity".into()]);
         let ae_metric: String = opt!("ae_metric").unwrap_or_else(|| "cosine-similarity".into());
         let fmt: String = opt!("format").unwrap_or_else(|| "png".into());
         let interested: Option<Vec<Vec<String>>> = opt!("interested_nodes");
@@ -369,10 +399,16 @@ impl Analyzer {
             report: opt!("report").unwrap_or(true),
         };
         let summary = self.run(py, progress, |engine, p| {
-            runall(engine, &options, &save_dir, None, &|step, d, t| p.set(step, d, t))
+            runall(engine, &options, &save_dir, None, &|step, d, t| {
+                p.set(step, d, t)
+            })
         })?;
         let summary = summary.map_err(|e| py_err!(e))?;
-        let tables = summary.rankings.iter().map(|r| r.table().render()).collect();
+        let tables = summary
+            .rankings
+            .iter()
+            .map(|r| r.table().render())
+            .collect();
         Ok((json(&summary)?, tables))
     }
 
@@ -438,16 +474,22 @@ impl Analyzer {
         let out = self.run(py, progress, |engine, p| -> Result<_, PyErrSource> {
             let info = |e: InfoError| PyErrSource::Info(e);
             let runner = InfoRunner::new(engine.model(), &options).map_err(info)?;
-            let n = options
-                .data_num
-                .map_or(engine.available_samples(), |k| k.min(engine.available_samples()));
+            let n = options.data_num.map_or(engine.available_samples(), |k| {
+                k.min(engine.available_samples())
+            });
             let mut samples = Vec::with_capacity(n);
             for i in 0..n {
                 if self.cancel.load(std::sync::atomic::Ordering::Relaxed) {
-                    return Err(PyErrSource::Engine(hmct_debug::engine::EngineError::Cancelled));
+                    return Err(PyErrSource::Engine(
+                        hmct_debug::engine::EngineError::Cancelled,
+                    ));
                 }
                 let inputs = engine.sample_inputs(i).map_err(PyErrSource::Engine)?;
-                samples.push(runner.compare(&format!("sample {i}"), inputs).map_err(info)?);
+                samples.push(
+                    runner
+                        .compare(&format!("sample {i}"), inputs)
+                        .map_err(info)?,
+                );
                 p.set("info", i + 1, n);
             }
             Ok(report(samples))
@@ -484,16 +526,20 @@ impl Analyzer {
             data_num: data_num(data_num_)?,
             ..MixedPrecisionOptions::default()
         };
-        let out = self.run(py, progress, |engine, p| -> Result<_, hmct_debug::mixed_precision::MixedPrecisionError> {
-            let result = mixed_precision(engine, &options, &|stage, d, t| {
-                p.set(&format!("{stage:?}").to_lowercase(), d, t)
-            })?;
-            let written = match &save_dir {
-                Some(dir) => write_mixed_precision(engine.model(), &result, dir)?,
-                None => Vec::new(),
-            };
-            Ok((result, written))
-        })?;
+        let out = self.run(
+            py,
+            progress,
+            |engine, p| -> Result<_, hmct_debug::mixed_precision::MixedPrecisionError> {
+                let result = mixed_precision(engine, &options, &|stage, d, t| {
+                    p.set(&format!("{stage:?}").to_lowercase(), d, t)
+                })?;
+                let written = match &save_dir {
+                    Some(dir) => write_mixed_precision(engine.model(), &result, dir)?,
+                    None => Vec::new(),
+                };
+                Ok((result, written))
+            },
+        )?;
         let (result, written) =
             out.map_err(|e: hmct_debug::mixed_precision::MixedPrecisionError| py_err!(e))?;
         Ok((json(&result)?, paths(written)))
@@ -520,7 +566,11 @@ impl Analyzer {
         let strategy = match strategy {
             "prefix" => Strategy::Prefix,
             "greedy" => Strategy::Greedy,
-            other => return Err(value_error(format!("strategy '{other}' is not prefix or greedy"))),
+            other => {
+                return Err(value_error(format!(
+                    "strategy '{other}' is not prefix or greedy"
+                )));
+            }
         };
         let options = MixedPrecisionOptions {
             metric: metric(metric_name)?,
@@ -557,9 +607,14 @@ impl Analyzer {
                     })
                 })
             };
-            hmct_debug::task_metric::search(engine, &options, goal, strategy, &mut evaluate, &|stage, d, t| {
-                p.set(&format!("{stage:?}").to_lowercase(), d, t)
-            })
+            hmct_debug::task_metric::search(
+                engine,
+                &options,
+                goal,
+                strategy,
+                &mut evaluate,
+                &|stage, d, t| p.set(&format!("{stage:?}").to_lowercase(), d, t),
+            )
         })?;
         if let Some(e) = raised.lock().unwrap_or_else(|p| p.into_inner()).take() {
             return Err(e);
@@ -617,5 +672,10 @@ pub(crate) fn calibrate(
         calibrate_samples(&float, &samples, &options, &|d, t| p.set("calibrate", d, t))
     })?;
     let calibrated = out.map_err(bad)?;
-    Ok((PyModel { model: calibrated.model }, json(&calibrated.report)?))
+    Ok((
+        PyModel {
+            model: calibrated.model,
+        },
+        json(&calibrated.report)?,
+    ))
 }

@@ -42,28 +42,43 @@ impl DataSource {
                 let hint = if close.is_empty() {
                     String::new()
                 } else {
-                    format!(" (did you mean {}?)", hmct_debug::engine::quote_list(&close))
+                    format!(
+                        " (did you mean {}?)",
+                        hmct_debug::engine::quote_list(&close)
+                    )
                 };
                 return Err(value_error(format!(
                     "calibrated_data: '{key}' is not a model input{hint}; the inputs are {}",
-                    hmct_debug::engine::quote_list(&known.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                    hmct_debug::engine::quote_list(
+                        &known.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+                    )
                 )));
             };
             let arrays: Vec<Bound<'_, PyAny>> = value
                 .try_iter()
                 .and_then(|it| it.collect::<PyResult<Vec<_>>>())
-                .map_err(|_| value_error(format!("calibrated_data['{key}'] must be a list of numpy arrays")))?;
+                .map_err(|_| {
+                    value_error(format!(
+                        "calibrated_data['{key}'] must be a list of numpy arrays"
+                    ))
+                })?;
             let tensors = arrays
                 .iter()
                 .enumerate()
-                .map(|(i, a)| to_tensor(a).map_err(|m| value_error(format!("calibrated_data['{key}'][{i}]: {m}"))))
+                .map(|(i, a)| {
+                    to_tensor(a)
+                        .map_err(|m| value_error(format!("calibrated_data['{key}'][{i}]: {m}")))
+                })
                 .collect::<PyResult<Vec<Tensor>>>()?;
             samples[k] = Some(tensors);
         }
         let mut out = Vec::with_capacity(inputs.len());
         for (spec, s) in inputs.iter().zip(samples) {
             out.push(s.ok_or_else(|| {
-                value_error(format!("calibrated_data has no samples for model input '{}'", spec.name))
+                value_error(format!(
+                    "calibrated_data has no samples for model input '{}'",
+                    spec.name
+                ))
             })?);
         }
         Ok(DataSource::Memory(out))
@@ -107,7 +122,13 @@ fn to_tensor(a: &Bound<'_, PyAny>) -> Result<Tensor, String> {
     if let Ok(arr) = a.cast::<numpy::PyUntypedArray>() {
         return Err(format!("unsupported dtype {}", arr.dtype()));
     }
-    Err(format!("expected a numpy array, got {}", a.get_type().name().map(|n| n.to_string()).unwrap_or_default()))
+    Err(format!(
+        "expected a numpy array, got {}",
+        a.get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default()
+    ))
 }
 
 /// A tensor as a numpy array; a tensor nobody else holds is moved, not copied.

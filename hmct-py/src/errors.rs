@@ -18,13 +18,18 @@ pub(crate) fn to_py(e: &(dyn Error + 'static), usage: bool) -> PyErr {
     }
     let mut cause: Option<&(dyn Error + 'static)> = Some(e);
     while let Some(c) = cause {
-        if matches!(c.downcast_ref::<EngineError>(), Some(EngineError::Cancelled)) {
+        if matches!(
+            c.downcast_ref::<EngineError>(),
+            Some(EngineError::Cancelled)
+        ) {
             return PyKeyboardInterrupt::new_err("cancelled");
         }
-        let io = c.downcast_ref::<std::io::Error>().or_else(|| match c.downcast_ref::<IrError>() {
-            Some(IrError::Io { error, .. }) => Some(error),
-            _ => None,
-        });
+        let io = c
+            .downcast_ref::<std::io::Error>()
+            .or_else(|| match c.downcast_ref::<IrError>() {
+                Some(IrError::Io { error, .. }) => Some(error),
+                _ => None,
+            });
         if let Some(io) = io {
             // OSError(errno, text) becomes the errno's subclass (FileNotFoundError, ...).
             return match io.raw_os_error() {

@@ -19,7 +19,9 @@ fn ir(e: IrError) -> PyErr {
     // caller's mistakes; reading and writing files are not.
     let usage = matches!(
         e,
-        IrError::InvalidCalibration { .. } | IrError::UnknownNode { .. } | IrError::NotCalibration { .. }
+        IrError::InvalidCalibration { .. }
+            | IrError::UnknownNode { .. }
+            | IrError::NotCalibration { .. }
     );
     to_py(&e, usage)
 }
@@ -34,9 +36,12 @@ impl PyModel {
 
     fn calibration(&self, id: NodeId) -> PyResult<hmct_ir::CalibrationNode<'_>> {
         let node = self.node_checked(id)?;
-        self.model
-            .calibration(id)
-            .ok_or_else(|| value_error(format!("node '{}' is not an HzCalibration node", node.name())))
+        self.model.calibration(id).ok_or_else(|| {
+            value_error(format!(
+                "node '{}' is not an HzCalibration node",
+                node.name()
+            ))
+        })
     }
 
     fn calibration_mut(&mut self, id: NodeId) -> PyResult<hmct_ir::CalibrationNodeMut<'_>> {
@@ -71,7 +76,8 @@ impl PyModel {
 
     /// Writes the model atomically (a temporary file, then a rename).
     fn save(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
-        py.detach(|| hmct_ir::save_model(&self.model, &path)).map_err(ir)
+        py.detach(|| hmct_ir::save_model(&self.model, &path))
+            .map_err(ir)
     }
 
     /// An independent copy.
@@ -141,7 +147,11 @@ impl PyModel {
     /// The first calibration node reading output `index` of node `id` (any output
     /// when None), through skippable ops.
     #[pyo3(signature = (id, index=None))]
-    fn find_output_calibration(&self, id: NodeId, index: Option<usize>) -> PyResult<Option<NodeId>> {
+    fn find_output_calibration(
+        &self,
+        id: NodeId,
+        index: Option<usize>,
+    ) -> PyResult<Option<NodeId>> {
         self.node_checked(id)?;
         Ok(hmct_ir::find_output_calibration(&self.model, id, index))
     }
@@ -189,7 +199,11 @@ impl PyModel {
     }
 
     /// Takes a float32 array of any shape (read in order).
-    fn set_thresholds(&mut self, id: NodeId, thresholds: PyReadonlyArrayDyn<'_, f32>) -> PyResult<()> {
+    fn set_thresholds(
+        &mut self,
+        id: NodeId,
+        thresholds: PyReadonlyArrayDyn<'_, f32>,
+    ) -> PyResult<()> {
         let values: Vec<f32> = thresholds.as_array().iter().copied().collect();
         self.calibration_mut(id)?.set_thresholds(values).map_err(ir)
     }
@@ -204,8 +218,7 @@ impl PyModel {
     fn promote(&mut self, nodes: Vec<String>, qtype: &str) -> PyResult<Vec<String>> {
         let q = QType::from_name(qtype);
         let edit = Edit::NodesQType { nodes, qtype: q };
-        let report = hmct_ir::apply_edits(&mut self.model, &[edit])
-            .map_err(|e| to_py(&e, true))?;
+        let report = hmct_ir::apply_edits(&mut self.model, &[edit]).map_err(|e| to_py(&e, true))?;
         Ok(report.changes.iter().map(|c| c.node.clone()).collect())
     }
 
@@ -213,11 +226,17 @@ impl PyModel {
     /// calibration nodes written as Q/DQ). `domain`: None (standard when the opset
     /// allows, else com.microsoft), "standard" or "com.microsoft".
     #[pyo3(signature = (domain=None))]
-    fn export_qdq(&self, py: Python<'_>, domain: Option<&str>) -> PyResult<(PyModel, String, usize)> {
+    fn export_qdq(
+        &self,
+        py: Python<'_>,
+        domain: Option<&str>,
+    ) -> PyResult<(PyModel, String, usize)> {
         use hmct_ir::{QdqDomain, QdqOptions};
         let domain = match domain.map(|d| d.trim().to_ascii_lowercase()) {
             None => None,
-            Some(d) if d == "standard" || d.is_empty() || d == "ai.onnx" => Some(QdqDomain::Standard),
+            Some(d) if d == "standard" || d.is_empty() || d == "ai.onnx" => {
+                Some(QdqDomain::Standard)
+            }
             Some(d) if d == "com.microsoft" || d == "microsoft" => Some(QdqDomain::Microsoft),
             Some(d) => {
                 return Err(value_error(format!(
@@ -232,7 +251,11 @@ impl PyModel {
             QdqDomain::Standard => "standard",
             QdqDomain::Microsoft => "com.microsoft",
         };
-        Ok((PyModel { model: out.model }, name.to_string(), out.quantized))
+        Ok((
+            PyModel { model: out.model },
+            name.to_string(),
+            out.quantized,
+        ))
     }
 
     fn __repr__(&self) -> String {

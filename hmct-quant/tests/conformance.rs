@@ -314,13 +314,18 @@ fn onnx_conformance_cases() {
         .filter(|n| filter.as_deref().is_none_or(|f| n.contains(f)))
         .filter(|n| !unsupported.contains_key(*n) && !failed.contains_key(*n))
         .collect();
-    let list_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/conformance_pass.txt");
+    let list_path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/conformance_pass.txt");
     if std::env::var("HMCT_UPDATE_PASS_LIST").is_ok_and(|v| v == "1") {
-        assert!(filter.is_none(), "HMCT_UPDATE_PASS_LIST needs the whole suite (no HMCT_CASES)");
+        assert!(
+            filter.is_none(),
+            "HMCT_UPDATE_PASS_LIST needs the whole suite (no HMCT_CASES)"
+        );
         let text: String = passed.iter().map(|n| format!("{n}\n")).collect();
         std::fs::write(&list_path, text).expect("write the pass list");
     }
-    let listed_text = std::fs::read_to_string(&list_path).expect("tests/fixtures/conformance_pass.txt");
+    let listed_text =
+        std::fs::read_to_string(&list_path).expect("tests/fixtures/conformance_pass.txt");
     let listed: BTreeSet<&str> = listed_text
         .lines()
         .map(str::trim)
@@ -329,7 +334,10 @@ fn onnx_conformance_cases() {
         .collect();
     let regressed: Vec<&str> = listed.difference(&passed).copied().collect();
     for n in &regressed {
-        let why = failed.get(*n).or(unsupported.get(*n)).map_or("not found", String::as_str);
+        let why = failed
+            .get(*n)
+            .or(unsupported.get(*n))
+            .map_or("not found", String::as_str);
         eprintln!("REGRESSED {n} (listed as passing): {why}");
     }
     let new_passes = passed.difference(&listed).count();

@@ -212,9 +212,9 @@ fn a_wanted_intermediate_value_keeps_its_chain_apart() {
 /// The PP-OCR classifier's BatchNormalization + hard-swish chains are found and fused.
 #[test]
 fn the_classifier_fuses_its_chains() {
-    let Some(path) =
-        hmct_ir::testing::shared_path("models/rapidocr_ppocr_cls/ch_ppocr_mobile_v2.0_cls_infer.onnx")
-    else {
+    let Some(path) = hmct_ir::testing::shared_path(
+        "models/rapidocr_ppocr_cls/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+    ) else {
         return;
     };
     let model = hmct_ir::load_model(&path).unwrap();

@@ -42,14 +42,22 @@ fn at_opset(mut m: ModelProto, opset: i64) -> ModelProto {
 fn legacy(opset: i64) -> ModelProto {
     let upsample = if opset < 10 { "Upsample" } else { "Resize" };
     let nodes = vec![
-        node("bn", "BatchNormalization", &["x", "s", "b", "m", "v"], &["x1"]),
+        node(
+            "bn",
+            "BatchNormalization",
+            &["x", "s", "b", "m", "v"],
+            &["x1"],
+        ),
         with(
             node("clip", "Clip", &["x1"], &["x2"]),
             vec![float("min", -1.0), float("max", 1.5)],
         ),
         with(
             node("pad", "Pad", &["x2"], &["x3"]),
-            vec![ints_attr("pads", vec![0, 0, 1, 1, 0, 0, 1, 1]), float("value", 0.25)],
+            vec![
+                ints_attr("pads", vec![0, 0, 1, 1, 0, 0, 1, 1]),
+                float("value", 0.25),
+            ],
         ),
         with(
             node("up", upsample, &["x3", "scales"], &["x4"]),
@@ -180,8 +188,17 @@ fn raising_the_opset_changes_no_output_bit() {
                 .map(|c| c.split(' ').next().unwrap())
                 .collect();
             let mut expected = vec![
-                "clip", "pad", "up", "up_linear", "split", "soft", "logsoft", "squeeze",
-                "unsqueeze", "sum", "drop",
+                "clip",
+                "pad",
+                "up",
+                "up_linear",
+                "split",
+                "soft",
+                "logsoft",
+                "squeeze",
+                "unsqueeze",
+                "sum",
+                "drop",
             ];
             if from < 10 {
                 expected.extend(["slice", "topk"]);
@@ -190,7 +207,10 @@ fn raising_the_opset_changes_no_output_bit() {
                 expected.extend(["mean", "halves"]);
             }
             for name in &expected {
-                assert!(converted.contains(name), "{from}->{to}: {name} in {converted:?}");
+                assert!(
+                    converted.contains(name),
+                    "{from}->{to}: {name} in {converted:?}"
+                );
             }
             assert_eq!(converted.len(), expected.len(), "{converted:?}");
             let got: Vec<_> = run(&raised, &x).iter().map(|t| bits(t)).collect();
@@ -234,7 +254,9 @@ fn what_cannot_be_converted_is_refused_by_name() {
     old = bn.clone();
     let graph = bn.graph.as_mut().unwrap();
     graph.node[0].output.push("saved_mean".into());
-    graph.node.push(node("use", "Identity", &["saved_mean"], &["sm"]));
+    graph
+        .node
+        .push(node("use", "Identity", &["saved_mean"], &["sm"]));
     let err = raise_opset(&mut bn, 21).unwrap_err();
     assert!(
         matches!(&err, OpsetError::Node { node, op, .. } if node == "bn" && op == "BatchNormalization"),

@@ -38,7 +38,10 @@ impl Dataset {
     pub fn open(dir: &Path, inputs: &[InputSpec]) -> Result<Dataset, TensorError> {
         let ctx = dir.display().to_string();
         if dir.is_file() {
-            let swapped = if dir.extension().is_some_and(|e| e.eq_ignore_ascii_case("onnx")) {
+            let swapped = if dir
+                .extension()
+                .is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
+            {
                 " (the model comes first, then the data folder)"
             } else {
                 ""
@@ -209,7 +212,10 @@ fn check_counts(ctx: &str, inputs: &[InputSpec], counts: &[usize]) -> Result<(),
         .collect();
     Err(TensorError::invalid(
         ctx,
-        format!("inputs have different sample counts ({})", detail.join(", ")),
+        format!(
+            "inputs have different sample counts ({})",
+            detail.join(", ")
+        ),
     ))
 }
 

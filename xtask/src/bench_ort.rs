@@ -235,8 +235,11 @@ fn gflop(model: &hmct_ir::Model, data_dir: &Path) -> Result<f64> {
     let mut flops = 0.0;
     for n in plan.nodes() {
         let input = |i: usize| n.inputs.get(i).copied().flatten().and_then(shape);
-        let (Some(out), Some(a), Some(b)) = (n.outputs.first().and_then(|&s| shape(s)), input(0), input(1))
-        else {
+        let (Some(out), Some(a), Some(b)) = (
+            n.outputs.first().and_then(|&s| shape(s)),
+            input(0),
+            input(1),
+        ) else {
             continue;
         };
         flops += match n.op_type.as_str() {
@@ -248,7 +251,9 @@ fn gflop(model: &hmct_ir::Model, data_dir: &Path) -> Result<f64> {
             "ConvTranspose" => 2.0 * elems(&a) * elems(&b[1..]),
             "MatMul" => 2.0 * elems(&out) * a.last().copied().unwrap_or(1) as f64,
             // A is M x K or K x M; the output's first axis is M.
-            "Gemm" => 2.0 * elems(&out) * elems(&a) / out.first().copied().unwrap_or(1).max(1) as f64,
+            "Gemm" => {
+                2.0 * elems(&out) * elems(&a) / out.first().copied().unwrap_or(1).max(1) as f64
+            }
             _ => 0.0,
         };
     }
@@ -349,7 +354,10 @@ mod tests {
         for file in ["float_model.onnx", "calibrated_model.onnx"] {
             let model = hmct_ir::load_model(&dir.join(file)).unwrap();
             let got = gflop(&model, &dir.join("calibration_data")).unwrap();
-            assert!((got - expected).abs() < 1e-15, "{file}: {got} vs {expected}");
+            assert!(
+                (got - expected).abs() < 1e-15,
+                "{file}: {got} vs {expected}"
+            );
         }
     }
 }

@@ -73,7 +73,10 @@ fn release_cli(root: &Path) -> Result<PathBuf> {
         .output()
         .context("starting cargo build")?;
     if !out.status.success() {
-        anyhow::bail!("cargo build failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        anyhow::bail!(
+            "cargo build failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     Ok(root.join("target/release/hmct-debugger"))
 }

@@ -257,7 +257,13 @@ mod x86 {
         const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
         const XFEATURE_XTILEDATA: libc::c_long = 18;
         // SAFETY: a system call with integer arguments.
-        unsafe { libc::syscall(libc::SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 }
+        unsafe {
+            libc::syscall(
+                libc::SYS_arch_prctl,
+                ARCH_REQ_XCOMP_PERM,
+                XFEATURE_XTILEDATA,
+            ) == 0
+        }
     }
 
     /// Tile configuration (palette 1): tiles 0-7 of 16 rows x 64 bytes.
@@ -358,7 +364,9 @@ pub fn measure_all(threads: &[usize]) -> Vec<Measured> {
         if !x86::has_amx_bf16() {
             println!("AMX-BF16 tdpbf16ps: the CPU has no AMX (cpuid 7.0 EDX bits 22/24 clear)");
         } else if !x86::request_amx() {
-            println!("AMX-BF16 tdpbf16ps: the CPU has AMX but Linux refused the tile state (arch_prctl ARCH_REQ_XCOMP_PERM)");
+            println!(
+                "AMX-BF16 tdpbf16ps: the CPU has AMX but Linux refused the tile state (arch_prctl ARCH_REQ_XCOMP_PERM)"
+            );
         } else {
             let k = Kernel {
                 name: "AMX-BF16 (tdpbf16ps)",

@@ -158,7 +158,16 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
     for target in targets(root, args)? {
         let calibrated = calibrated(&ours, &target, &out_dir)?;
         for &threads in &args.threads {
-            match measure(root, args, &ours, &python, &target, &calibrated, threads, &out_dir) {
+            match measure(
+                root,
+                args,
+                &ours,
+                &python,
+                &target,
+                &calibrated,
+                threads,
+                &out_dir,
+            ) {
                 Ok(row) => rows.push(row),
                 // One model onnxruntime or we cannot run does not stop the others.
                 Err(e) => println!("{} at {threads} thread(s): FAILED: {e:#}", target.label),
@@ -180,12 +189,19 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
 /// The calibrated model of `target`: itself, or calibrated with our `calibrate`
 /// first when it has no calibration nodes.
 fn calibrated(ours: &Path, target: &Target, out_dir: &Path) -> Result<PathBuf> {
-    if !hmct_ir::load_model(&target.model)?.calibration_nodes().is_empty() {
+    if !hmct_ir::load_model(&target.model)?
+        .calibration_nodes()
+        .is_empty()
+    {
         return Ok(target.model.clone());
     }
     let cal = out_dir.join(format!("{}_calibrated.onnx", target.label));
     if !cal.exists() {
-        eprintln!("calibrating {} -> {}", target.model.display(), cal.display());
+        eprintln!(
+            "calibrating {} -> {}",
+            target.model.display(),
+            cal.display()
+        );
         timed(
             Command::new(ours)
                 .arg("calibrate")
@@ -223,7 +239,15 @@ fn measure(
             .arg("get-sensitivity-of-nodes")
             .arg(calibrated)
             .arg(&target.data)
-            .args(["-n", &args.node_type, "-d", &d, "--threads", &t, "--timings"])
+            .args([
+                "-n",
+                &args.node_type,
+                "-d",
+                &d,
+                "--threads",
+                &t,
+                "--timings",
+            ])
             .arg("--json")
             .arg(&ours_json),
         "hmct-debugger get-sensitivity-of-nodes",
@@ -235,11 +259,17 @@ fn measure(
         args.node_type, args.data_num
     );
     println!("ours       {ours_secs:8.1} s");
-    let timings: Vec<&str> = ours_err.lines().filter(|l| l.starts_with("timings:")).collect();
+    let timings: Vec<&str> = ours_err
+        .lines()
+        .filter(|l| l.starts_with("timings:"))
+        .collect();
     for line in &timings {
         println!("           {line}");
     }
-    eprintln!("{}: onnxruntime: tools/ort_sensitivity.py (this is the slow side)", target.label);
+    eprintln!(
+        "{}: onnxruntime: tools/ort_sensitivity.py (this is the slow side)",
+        target.label
+    );
     let (_, ort_secs) = timed(
         Command::new(python)
             .arg(root.join("tools/ort_sensitivity.py"))
@@ -311,7 +341,10 @@ fn summary(rows: &[Row], threads: &[usize]) {
     println!(
         "scaling from {one} to {most} threads (time at {one} / time at {most}); N processes of one thread each (--shard I/N) are not measured by this bench yet"
     );
-    println!("{:<28} {:>10} {:>10} {:>14}", "model", "ours", "probes", "onnxruntime");
+    println!(
+        "{:<28} {:>10} {:>10} {:>14}",
+        "model", "ours", "probes", "onnxruntime"
+    );
     let mut labels: Vec<&str> = rows.iter().map(|r| r.label.as_str()).collect();
     labels.dedup();
     for label in labels {

@@ -60,7 +60,8 @@ fn read_json(path: &Path) -> Result<BTreeMap<String, Value>> {
     if !path.exists() {
         return Ok(BTreeMap::new());
     }
-    serde_json::from_slice(&std::fs::read(path)?).with_context(|| format!("reading {}", path.display()))
+    serde_json::from_slice(&std::fs::read(path)?)
+        .with_context(|| format!("reading {}", path.display()))
 }
 
 fn write_json(path: &Path, v: &BTreeMap<String, Value>) -> Result<()> {
@@ -101,8 +102,14 @@ pub fn entries(root: &Path) -> Result<Vec<Entry>> {
 
 fn python(root: &Path) -> Result<PathBuf> {
     let req = root.join("tools/zoo/requirements.txt");
-    let text = std::fs::read_to_string(&req).with_context(|| format!("reading {}", req.display()))?;
-    crate::bench_ort::venv(root, "zoo-venv", &text, &["-r".into(), req.display().to_string()])
+    let text =
+        std::fs::read_to_string(&req).with_context(|| format!("reading {}", req.display()))?;
+    crate::bench_ort::venv(
+        root,
+        "zoo-venv",
+        &text,
+        &["-r".into(), req.display().to_string()],
+    )
 }
 
 /// Every model name of the zoo, in make_zoo.py's order.
@@ -115,7 +122,10 @@ fn model_names(root: &Path) -> Result<Vec<String>> {
         .output()
         .context("running make_zoo.py --list")?;
     if !out.status.success() {
-        bail!("make_zoo.py --list failed: {}", String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "make_zoo.py --list failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     Ok(String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -160,7 +170,10 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
         .map(|n| n.as_str())
         .collect();
     if !to_export.is_empty() {
-        eprintln!("exporting {} model(s) with tools/zoo/make_zoo.py", to_export.len());
+        eprintln!(
+            "exporting {} model(s) with tools/zoo/make_zoo.py",
+            to_export.len()
+        );
         let ok = Command::new(&python)
             .arg(root.join("tools/zoo/make_zoo.py"))
             .arg(&zoo)
@@ -180,7 +193,10 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
     for name in &wanted {
         let d = zoo.join(name.as_str());
         let cal = d.join("calibrated_model.onnx");
-        if exported.get(name.as_str()).is_none_or(|e| e.get("export_error").is_some()) {
+        if exported
+            .get(name.as_str())
+            .is_none_or(|e| e.get("export_error").is_some())
+        {
             status.remove(name.as_str());
             continue;
         }
@@ -211,7 +227,10 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
     let mut failed = 0;
     for e in entries(root)?.iter().filter(|e| wanted.contains(&&e.name)) {
         let info = &exported[&e.name];
-        let opset = info["opset"].as_i64().map(|o| o.to_string()).unwrap_or_default();
+        let opset = info["opset"]
+            .as_i64()
+            .map(|o| o.to_string())
+            .unwrap_or_default();
         let layout = info["layout"].as_str().unwrap_or("");
         let result = match &e.state {
             Ok(()) => format!("ok {}", e.calibrated().display()),
@@ -223,7 +242,9 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
         println!("{:<28} {opset:<8} {layout:<8} {result}", e.name);
     }
     if failed > 0 {
-        println!("{failed} model(s) of the zoo cannot be run; the benchmarks skip them and say why");
+        println!(
+            "{failed} model(s) of the zoo cannot be run; the benchmarks skip them and say why"
+        );
     }
     Ok(())
 }

@@ -30,7 +30,10 @@ fn main() {
     }
     let peak = fma_peak_gflops();
     println!("f32 FMA peak of one core (measured): {peak:.1} GFLOP/s");
-    println!("{:<28} {:>9} {:>9} {:>7}", "shape", "ms", "GFLOP/s", "% peak");
+    println!(
+        "{:<28} {:>9} {:>9} {:>7}",
+        "shape", "ms", "GFLOP/s", "% peak"
+    );
     let row = |name: &str, flops: f64, case: &Case| {
         let secs = min_time(runs, || {
             std::hint::black_box(case.run(true));

@@ -10,11 +10,11 @@ pub mod attrs;
 
 pub(crate) mod conv;
 pub(crate) mod conv_direct;
-pub(crate) mod packed_gemm;
 pub(crate) mod elementwise;
 pub(crate) mod matmul;
 pub(crate) mod misc;
 pub(crate) mod norm;
+pub(crate) mod packed_gemm;
 pub(crate) mod pool;
 pub(crate) mod quantize;
 pub(crate) mod reduce;

@@ -143,7 +143,13 @@ pub(crate) unsafe fn gemm(
             let kc = KC.min(k - k0);
             for p in 0..panels {
                 let cols = NR.min(nc - p * NR);
-                b.pack(k0, kc, columns.start + j0 + p * NR, cols, &mut block[p * kc * NR..][..kc * NR]);
+                b.pack(
+                    k0,
+                    kc,
+                    columns.start + j0 + p * NR,
+                    cols,
+                    &mut block[p * kc * NR..][..kc * NR],
+                );
             }
             let from = if k0 == 0 { start } else { Start::Output };
             for t0 in rows.clone().step_by(MR) {
@@ -449,7 +455,13 @@ pub(crate) fn conv_prefers(g: &Win3, mg: usize, kdim: usize) -> bool {
 pub(crate) fn pack_conv_weights(w: &[f32], m: usize, group: usize, kdim: usize) -> Vec<PackedA> {
     let mg = m / group;
     (0..group)
-        .map(|g| PackedA::new(MatRef::row_major(&w[g * mg * kdim..][..mg * kdim], kdim), mg, kdim))
+        .map(|g| {
+            PackedA::new(
+                MatRef::row_major(&w[g * mg * kdim..][..mg * kdim], kdim),
+                mg,
+                kdim,
+            )
+        })
         .collect()
 }
 
@@ -479,7 +491,9 @@ pub(crate) fn conv(
     let (cg, mg) = (c / group, m / group);
     let (in_vol, out_vol) = (g.in_vol(), g.out_vol());
     let kdim = cg * g.k_vol();
-    assert!(available() && w.len() == group && w.iter().all(|p| p.rows() == mg && p.depth() == kdim));
+    assert!(
+        available() && w.len() == group && w.iter().all(|p| p.rows() == mg && p.depth() == kdim)
+    );
     assert!(x.len() >= n * c * in_vol && y.len() >= n * m * out_vol);
     let blocks = out_vol.div_ceil(NC);
     let m_chunk = if n * group * blocks < 4 && mg > M_CHUNK {
@@ -507,7 +521,8 @@ pub(crate) fn conv(
         // `b`, which no other task writes, inside `y` (checked above); `available`
         // was checked above.
         unsafe {
-            let dst = yp.0.add((b * m + gi * mg + rows.start) * out_vol + cols.start);
+            let dst =
+                yp.0.add((b * m + gi * mg + rows.start) * out_vol + cols.start);
             gemm(&w[gi], rows, cols, start, &ConvB { x: xg, g }, dst, out_vol);
         }
     };
@@ -551,8 +566,7 @@ mod tests {
     }
 
     fn win(sh: &Shape) -> Win3 {
-        let out =
-            |i: usize| (sh.hw[i] + 2 * sh.p[i] - (sh.k[i] - 1) * sh.d[i] - 1) / sh.s[i] + 1;
+        let out = |i: usize| (sh.hw[i] + 2 * sh.p[i] - (sh.k[i] - 1) * sh.d[i] - 1) / sh.s[i] + 1;
         Win3 {
             input: [1, sh.hw[0], sh.hw[1]],
             out: [1, out(0), out(1)],
@@ -690,7 +704,10 @@ mod tests {
                 let packed = run(sh, None, bias);
                 for isa in [Isa::Avx512, Isa::Avx2Fma] {
                     let direct = run(sh, Some(isa), bias);
-                    let same = packed.iter().zip(&direct).all(|(p, q)| p.to_bits() == q.to_bits());
+                    let same = packed
+                        .iter()
+                        .zip(&direct)
+                        .all(|(p, q)| p.to_bits() == q.to_bits());
                     assert!(same, "shape {i} (bias {bias}): packed and {isa:?} differ");
                 }
             }
@@ -715,11 +732,18 @@ mod tests {
             p: [1, 1],
         };
         let on = |threads: usize| {
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
             pool.install(|| run(&sh, None, true))
         };
         let (one, three) = (on(1), on(3));
-        assert!(one.iter().zip(&three).all(|(p, q)| p.to_bits() == q.to_bits()));
+        assert!(
+            one.iter()
+                .zip(&three)
+                .all(|(p, q)| p.to_bits() == q.to_bits())
+        );
     }
 
     /// Matrix products against an f64 reference: row tails, column tails, several
@@ -730,13 +754,21 @@ mod tests {
             eprintln!("skipped: this CPU lacks AVX-512");
             return;
         }
-        for (m, n, k) in [(1, 1, 1), (13, 33, 7), (25, 400, 300), (12, 32, 0), (40, 70, 520)] {
+        for (m, n, k) in [
+            (1, 1, 1),
+            (13, 33, 7),
+            (25, 400, 300),
+            (12, 32, 0),
+            (40, 70, 520),
+        ] {
             let a = values(m * k, 4);
             let b = values(k * n, 5);
             let bt: Vec<f32> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
             let c0 = values(m * n, 6);
             let want = |i: usize, j: usize| {
-                (0..k).map(|p| a[i * k + p] as f64 * b[p * n + j] as f64).sum::<f64>()
+                (0..k)
+                    .map(|p| a[i * k + p] as f64 * b[p * n + j] as f64)
+                    .sum::<f64>()
             };
             let pa = PackedA::new(MatRef::row_major(&a, k), m, k);
             for (bm, start) in [
@@ -748,10 +780,17 @@ mod tests {
                 unsafe { gemm(&pa, 0..m, 0..n, start, &MatrixB(bm), c.as_mut_ptr(), n) };
                 for i in 0..m {
                     for j in 0..n {
-                        let base = if matches!(start, Start::Output) { c0[i * n + j] as f64 } else { 0.0 };
+                        let base = if matches!(start, Start::Output) {
+                            c0[i * n + j] as f64
+                        } else {
+                            0.0
+                        };
                         let e = base + want(i, j);
                         let got = c[i * n + j] as f64;
-                        assert!((got - e).abs() <= 1e-4 * (1.0 + e.abs()), "{m}x{n}x{k} ({i},{j}): {got} vs {e}");
+                        assert!(
+                            (got - e).abs() <= 1e-4 * (1.0 + e.abs()),
+                            "{m}x{n}x{k} ({i},{j}): {got} vs {e}"
+                        );
                     }
                 }
             }
