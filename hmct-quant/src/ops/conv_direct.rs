@@ -815,11 +815,11 @@ mod avx512 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    /// Values in [-1, 1) from a fixed generator.
-    fn values(n: usize, seed: u64) -> Vec<f32> {
+    /// Values in [-1, 1) from a fixed generator (the packed GEMM's tests use them too).
+    pub(crate) fn values(n: usize, seed: u64) -> Vec<f32> {
         let mut s = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
         (0..n)
             .map(|_| {

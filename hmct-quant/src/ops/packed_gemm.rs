@@ -536,20 +536,8 @@ pub(crate) fn conv(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::conv_direct::tests::values;
     use crate::ops::conv_direct::{self, Isa};
-
-    /// Values in [-1, 1) from a fixed generator.
-    fn values(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1_442_695_040_888_963_407);
-                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-            })
-            .collect()
-    }
 
     /// A 2-D conv geometry: batch, input and output channels, groups, input rows and
     /// columns, kernel, stride, dilation, pads (top, left; bottom and right alike).
