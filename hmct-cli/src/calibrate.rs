@@ -218,6 +218,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         },
         data_num: args.data_num,
         threads: args.threads,
+        cancel: None,
     };
     let model = hmct_ir::load_model(&args.model)?;
     let bar = ProgressBar::new(0).with_style(

@@ -36,6 +36,7 @@ use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use hmct_ir::{CalibrationInsert, CalibrationSpec, IrError, Model, NodeId, QType, TensorType};
 use hmct_proto::onnx::StringStringEntryProto;
@@ -129,6 +130,9 @@ pub struct CalibrateOptions {
     pub data_num: Option<usize>,
     /// Interpreter threads (0 = all cores).
     pub threads: usize,
+    /// Raised by another thread to stop the calibration runs between two nodes
+    /// (Ctrl-C in the Python package); the call then fails with a cancelled run.
+    pub cancel: Option<Arc<AtomicBool>>,
 }
 
 impl Default for CalibrateOptions {
@@ -144,6 +148,7 @@ impl Default for CalibrateOptions {
             skip_nodes: Vec::new(),
             data_num: None,
             threads: 0,
+            cancel: None,
         }
     }
 }
@@ -345,7 +350,10 @@ fn prepare<'m>(
         file: file.clone(),
         source,
     })?;
-    let session = Session::new(plan, options.threads)?;
+    let mut session = Session::new(plan, options.threads)?;
+    if let Some(flag) = &options.cancel {
+        session.set_cancel_flag(flag.clone());
+    }
     let op_types: HashSet<&str> = options.op_types.iter().map(String::as_str).collect();
     let (mut candidates, constant_inputs) =
         collect_candidates(model, &session, &op_types, &skip, options)?;

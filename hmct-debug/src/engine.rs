@@ -49,7 +49,7 @@ pub enum EngineError {
     #[error(transparent)]
     Plan(#[from] PlanError),
     #[error(transparent)]
-    Run(#[from] RunError),
+    Run(RunError),
     #[error(transparent)]
     Data(#[from] TensorError),
     #[error("{}", describe_unknown(.0))]
@@ -63,6 +63,16 @@ pub enum EngineError {
     /// The flag given to [`Engine::set_cancel_flag`] was raised.
     #[error("cancelled")]
     Cancelled,
+}
+
+impl From<RunError> for EngineError {
+    /// A run stopped by the cancel flag is the engine's cancel, whichever check saw it.
+    fn from(e: RunError) -> EngineError {
+        match e {
+            RunError::Cancelled => EngineError::Cancelled,
+            e => EngineError::Run(e),
+        }
+    }
 }
 
 impl EngineError {
@@ -362,11 +372,12 @@ impl Engine {
         })
     }
 
-    /// Makes every later call check `flag` before each capture and each probe task,
-    /// and fail with [`EngineError::Cancelled`] once it is raised: an interactive
-    /// caller (Ctrl-C in Python) stops a long sweep within one model run. Figures
-    /// remembered before the flag was raised stay valid.
+    /// Makes every later call check `flag` before each capture, each probe task and
+    /// each node of a run, and fail with [`EngineError::Cancelled`] once it is
+    /// raised: an interactive caller (Ctrl-C in Python) stops a long sweep within one
+    /// node's time. Figures remembered before the flag was raised stay valid.
     pub fn set_cancel_flag(&mut self, flag: Arc<AtomicBool>) {
+        self.session.set_cancel_flag(flag.clone());
         self.cancel = Some(flag);
     }
 

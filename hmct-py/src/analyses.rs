@@ -662,7 +662,8 @@ pub(crate) fn calibrate(
         .map_err(|e| to_py(&e, false))?;
     let specs = plan.input_specs();
     let dataset = DataSource::from_py(data, &specs)?.dataset(&specs)?;
-    let cancel = AtomicBool::new(false);
+    let cancel = Arc::new(AtomicBool::new(false));
+    options.cancel = Some(cancel.clone());
     let out = interrupt::run(py, &cancel, progress, |p| {
         let n = options.data_num.unwrap_or(dataset.len()).min(dataset.len());
         let samples = (0..n)

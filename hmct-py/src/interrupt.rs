@@ -1,7 +1,7 @@
 //! Running a long computation interruptibly: the work runs on a scoped worker thread
 //! with the GIL released; the calling thread wakes every few milliseconds to forward
 //! progress to a Python callback and to check for signals (Ctrl-C). On a signal it
-//! raises the engine's cancel flag, which stops the work before its next model run,
+//! raises the engine's cancel flag, which stops the work before the next node it runs,
 //! waits for the worker and re-raises the signal's exception.
 
 use std::sync::Mutex;

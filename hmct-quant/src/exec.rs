@@ -15,6 +15,7 @@
 //! so this changes nothing either.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -44,6 +45,9 @@ pub enum RunError {
     Missing(String),
     #[error("{0}")]
     ThreadPool(String),
+    /// The flag given to [`Session::set_cancel_flag`] was raised during the run.
+    #[error("cancelled")]
+    Cancelled,
 }
 
 /// Which model a configuration starts from.
@@ -157,6 +161,9 @@ pub struct Session {
     profile: Option<Mutex<NodeTimes>>,
     /// Whether element-wise chains may run as one pass (see the `fusion` module).
     fuse: bool,
+    /// Raised by another thread to stop runs between two nodes (Ctrl-C in the Python
+    /// package): one forward pass of a big model takes seconds, too long to wait for.
+    cancel: Option<Arc<AtomicBool>>,
 }
 
 /// Wall time spent in each plan node (indexed like `Plan::nodes`), summed over the
@@ -188,6 +195,7 @@ impl Session {
             weight_cache: Mutex::new(HashMap::new()),
             profile: None,
             fuse: true,
+            cancel: None,
         })
     }
 
@@ -208,6 +216,12 @@ impl Session {
     pub fn without_fusion(mut self) -> Session {
         self.fuse = false;
         self
+    }
+
+    /// Runs stop with [`RunError::Cancelled`] before their next node once `flag` is
+    /// raised. The flag is not lowered here; the caller resets it for the next call.
+    pub fn set_cancel_flag(&mut self, flag: Arc<AtomicBool>) {
+        self.cancel = Some(flag);
     }
 
     /// Time per plan node since profiling was switched on; `None` when it is off.
@@ -394,6 +408,13 @@ impl Session {
         for (i, node) in plan.nodes.iter().enumerate() {
             if !run_node[i] || fused[i] {
                 continue;
+            }
+            if self
+                .cancel
+                .as_ref()
+                .is_some_and(|f| f.load(Ordering::Relaxed))
+            {
+                return Err(RunError::Cancelled);
             }
             let start = self.profile.as_ref().map(|_| Instant::now());
             if let Some(c) = plan.chain_at[i].filter(|_| self.fuse)

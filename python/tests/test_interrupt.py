@@ -11,11 +11,13 @@ import textwrap
 import threading
 import time
 
+import pytest
+
 from conftest import CLS, SHARED, need_shared
 
 DET = SHARED / "models" / "rapidocr_ppocrv4_det"
 
-CHILD = textwrap.dedent(
+SWEEP = textwrap.dedent(
     """
     import sys, time
     import hmct_rs.debug as dbg
@@ -29,15 +31,28 @@ CHILD = textwrap.dedent(
     """
 )
 
+# KL calibration of every sample: tens of seconds, most of it inside model runs.
+CALIBRATION = textwrap.dedent(
+    """
+    import sys, time
+    import hmct_rs.debug as dbg
+    print("start", flush=True)
+    try:
+        dbg.calibrate(sys.argv[1], sys.argv[2], method="kl", progress=False)
+        print("finished", flush=True)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+    """
+)
 
-def test_ctrl_c_stops_a_sweep(tmp_path):
+
+@pytest.mark.parametrize("child", [SWEEP, CALIBRATION], ids=["sweep", "calibration"])
+def test_ctrl_c_stops_a_long_call(child):
     need_shared()
     if not DET.is_dir():
-        import pytest
-
         pytest.skip(f"{DET} not found")
     proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(DET / "ch_PP-OCRv4_det_infer.onnx"), str(DET / "calibration_data")],
+        [sys.executable, "-c", child, str(DET / "ch_PP-OCRv4_det_infer.onnx"), str(DET / "calibration_data")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
