@@ -429,6 +429,11 @@ impl Engine {
         Ok(self.data.sample(i)?)
     }
 
+    /// How reports name sample `i`: its file(s), or `sample i` for data in memory.
+    pub fn sample_label(&self, i: usize) -> String {
+        self.data.sample_label(i)
+    }
+
     /// Sample `i` as `.npy` bytes, one per model input, in input order (the files'
     /// own bytes when the data is a folder).
     pub fn sample_npy_bytes(&self, i: usize) -> Result<Vec<Vec<u8>>, EngineError> {

@@ -215,11 +215,7 @@ impl InfoRunner {
         let n = self.data_num.map_or(data.len(), |k| k.min(data.len()));
         let mut samples = Vec::with_capacity(n);
         for i in 0..n {
-            let label = (0..self.session.plan().inputs().len())
-                .map(|k| data.file(k, i).display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ");
-            samples.push(self.compare(&label, data.sample(i)?)?);
+            samples.push(self.compare(&data.sample_label(i), data.sample(i)?)?);
             progress(i + 1, n);
         }
         Ok(report(samples))

@@ -487,7 +487,7 @@ impl Analyzer {
                 let inputs = engine.sample_inputs(i).map_err(PyErrSource::Engine)?;
                 samples.push(
                     runner
-                        .compare(&format!("sample {i}"), inputs)
+                        .compare(&engine.sample_label(i), inputs)
                         .map_err(info)?,
                 );
                 p.set("info", i + 1, n);

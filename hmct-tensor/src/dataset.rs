@@ -168,6 +168,19 @@ impl Dataset {
         &self.files[input][sample]
     }
 
+    /// How reports name sample `i`: its file(s) for a folder, `sample i` for samples
+    /// held in memory.
+    pub fn sample_label(&self, i: usize) -> String {
+        if self.memory.is_some() {
+            return format!("sample {i}");
+        }
+        self.files
+            .iter()
+            .map(|files| files[i].display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// `input` of `sample` as `.npy` bytes: the file's own, or for an in-memory
     /// dataset the tensor written as `.npy` (what a digest of the data hashes).
     pub fn npy_bytes(&self, input: usize, sample: usize) -> Result<Vec<u8>, TensorError> {

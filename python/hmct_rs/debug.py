@@ -651,7 +651,7 @@ def outliers(
     calibrated_data: DataLike,
     data_num: Optional[int] = 1,
     axis: int = 1,
-    flag_ratio: float = 0.05,
+    flag_ratio: float = 0.5,
     verbose: bool = False,
     *,
     threads: int = 0,
