@@ -127,13 +127,6 @@ impl Values {
     pub fn nbytes(&self) -> usize {
         self.slots.iter().flatten().map(|t| t.nbytes()).sum()
     }
-
-    /// Drops a value.
-    pub fn forget(&mut self, slot: Slot) {
-        if let Some(v) = self.slots.get_mut(slot) {
-            *v = None;
-        }
-    }
 }
 
 /// What to keep of a run beyond the wanted outputs.

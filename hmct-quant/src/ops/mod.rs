@@ -67,13 +67,6 @@ pub struct NodeSpec<'a> {
     pub const_inputs: &'a [Option<&'a Tensor>],
 }
 
-impl NodeSpec<'_> {
-    /// Whether optional input `i` is given.
-    pub fn has_input(&self, i: usize) -> bool {
-        self.inputs_present.get(i).copied().unwrap_or(false)
-    }
-}
-
 /// A kernel bound to one node. Runs on inputs in node order (`None` for omitted
 /// optional inputs) and returns the node's outputs in order (trailing optional
 /// outputs may be left out).
@@ -184,20 +177,6 @@ pub fn input<'t>(inputs: &[Option<&'t Tensor>], i: usize) -> Result<&'t Tensor, 
         .copied()
         .flatten()
         .ok_or_else(|| OpError::invalid(format!("missing required input {i}")))
-}
-
-/// Fetches required input `i` as an f32 array.
-pub fn input_f32<'t>(
-    inputs: &[Option<&'t Tensor>],
-    i: usize,
-) -> Result<&'t hmct_tensor::ndarray::ArrayD<f32>, OpError> {
-    let t = input(inputs, i)?;
-    t.as_f32().ok_or_else(|| {
-        OpError::unsupported(format!(
-            "input {i} of type {} (only float is implemented here)",
-            t.dtype()
-        ))
-    })
 }
 
 /// Reads an integer vector input (shapes, axes, pads, ...).
