@@ -10,14 +10,14 @@
 //! the thread count. ConvTranspose is a GEMM into columns followed by col2im.
 
 use std::any::TypeId;
-use std::borrow::Cow;
 
-use hmct_tensor::ndarray::{ArrayD, IxDyn};
+use hmct_tensor::ndarray::ArrayD;
 use hmct_tensor::{Tensor, f16};
 use rayon::prelude::*;
 
+use super::arrays::{array, contiguous};
 use super::matmul::gemm_util::{self as gu, MatRef, Scalar, SendPtr};
-use super::{Kernel, NodeSpec, OpError, input};
+use super::{Kernel, NodeSpec, OpError, input, opt_input};
 
 pub(crate) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>> {
     let k: Result<Box<dyn Kernel>, OpError> = match spec.op_type {
@@ -264,22 +264,6 @@ impl Win3 {
     }
 }
 
-/// Contiguous data of an array (a copy only for non-standard layouts).
-pub(crate) fn contiguous<T: Clone>(a: &ArrayD<T>) -> Cow<'_, [T]> {
-    match a.as_slice() {
-        Some(s) => Cow::Borrowed(s),
-        None => Cow::Owned(a.iter().cloned().collect()),
-    }
-}
-
-fn opt_input<'t>(inputs: &[Option<&'t Tensor>], i: usize) -> Option<&'t Tensor> {
-    inputs.get(i).copied().flatten()
-}
-
-fn shaped<T>(shape: Vec<usize>, data: Vec<T>) -> Result<ArrayD<T>, OpError> {
-    ArrayD::from_shape_vec(IxDyn(&shape), data).map_err(|e| OpError::invalid(e.to_string()))
-}
-
 struct ConvKernel {
     attrs: WindowAttrs,
     group: usize,
@@ -377,7 +361,7 @@ impl ConvKernel {
             None,
         )?;
         let y: Vec<i32> = y.into_iter().map(|v| v as i32).collect();
-        Ok(vec![Tensor::I32(shaped(shape, y)?)])
+        Ok(vec![Tensor::I32(array(&shape, y)?)])
     }
 }
 
@@ -406,7 +390,7 @@ impl Kernel for ConvKernel {
                     self.group,
                     Some(&self.weights),
                 )?;
-                Ok(vec![Tensor::F32(shaped(s, y)?)])
+                Ok(vec![Tensor::F32(array(&s, y)?)])
             }
             (Tensor::F64(xa), Tensor::F64(wa)) => {
                 let bias = match b {
@@ -424,7 +408,7 @@ impl Kernel for ConvKernel {
                     self.group,
                     None,
                 )?;
-                Ok(vec![Tensor::F64(shaped(s, y)?)])
+                Ok(vec![Tensor::F64(array(&s, y)?)])
             }
             (Tensor::F16(xa), Tensor::F16(wa)) => {
                 let up = |a: &ArrayD<f16>| a.iter().map(|v| v.to_f32()).collect::<Vec<f32>>();
@@ -443,8 +427,8 @@ impl Kernel for ConvKernel {
                     self.group,
                     None,
                 )?;
-                Ok(vec![Tensor::F16(shaped(
-                    s,
+                Ok(vec![Tensor::F16(array(
+                    &s,
                     y.into_iter().map(f16::from_f32).collect(),
                 )?)])
             }
@@ -1347,7 +1331,7 @@ impl Kernel for ConvTransposeKernel {
                     wa.shape(),
                     bias.as_deref(),
                 )?;
-                Ok(vec![Tensor::F32(shaped(s, y)?)])
+                Ok(vec![Tensor::F32(array(&s, y)?)])
             }
             (Tensor::F64(xa), Tensor::F64(wa)) => {
                 let bias = match b {
@@ -1362,7 +1346,7 @@ impl Kernel for ConvTransposeKernel {
                     wa.shape(),
                     bias.as_deref(),
                 )?;
-                Ok(vec![Tensor::F64(shaped(s, y)?)])
+                Ok(vec![Tensor::F64(array(&s, y)?)])
             }
             _ => Err(OpError::unsupported(format!(
                 "ConvTranspose on {} input and {} weight",

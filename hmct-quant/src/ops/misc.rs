@@ -3,7 +3,7 @@
 use hmct_tensor::ndarray::{ArrayD, IxDyn};
 use hmct_tensor::{Tensor, map_tensor};
 
-use super::elementwise::broadcast::array;
+use super::arrays::array;
 use super::elementwise::cast::{cast, dtype_of_code};
 use super::elementwise::num::TensorElem;
 use super::{Kernel, NodeSpec, OpError, input};

@@ -8,6 +8,7 @@
 
 pub mod attrs;
 
+pub(crate) mod arrays;
 pub(crate) mod conv;
 pub(crate) mod conv_direct;
 pub(crate) mod elementwise;
@@ -177,6 +178,11 @@ pub fn input<'t>(inputs: &[Option<&'t Tensor>], i: usize) -> Result<&'t Tensor, 
         .copied()
         .flatten()
         .ok_or_else(|| OpError::invalid(format!("missing required input {i}")))
+}
+
+/// Fetches optional input `i`: `None` when it is omitted.
+pub(crate) fn opt_input<'t>(inputs: &[Option<&'t Tensor>], i: usize) -> Option<&'t Tensor> {
+    inputs.get(i).copied().flatten()
 }
 
 /// Reads an integer vector input (shapes, axes, pads, ...).

@@ -8,7 +8,7 @@
 use hmct_tensor::Tensor;
 use hmct_tensor::ndarray::{ArrayD, IxDyn};
 
-use super::conv::contiguous;
+use super::arrays::contiguous;
 use super::matmul::gemm_util::{self as gu, MatRef};
 use super::{Kernel, NodeSpec, OpError, input};
 

@@ -212,7 +212,7 @@ fn prelu_slope<'s>(
     Ok(match (x, slope.shape()) {
         ([_, c, rest @ ..], &[s]) if per_channel && s == *c && s > 1 => {
             let shape: Vec<usize> = std::iter::once(s).chain(rest.iter().map(|_| 1)).collect();
-            std::borrow::Cow::Owned(crate::ops::shape::reshaped(slope, &shape)?)
+            std::borrow::Cow::Owned(crate::ops::arrays::reshaped(slope, &shape)?)
         }
         _ => std::borrow::Cow::Borrowed(slope),
     })
@@ -287,7 +287,7 @@ fn legacy_align(a: &Tensor, b: &Tensor, axis: i64) -> Result<Tensor, OpError> {
         .chain(b.shape().iter().copied())
         .chain(std::iter::repeat_n(1, (ra - ax - rb) as usize))
         .collect();
-    crate::ops::shape::reshaped(b, &shape)
+    crate::ops::arrays::reshaped(b, &shape)
 }
 
 fn two(

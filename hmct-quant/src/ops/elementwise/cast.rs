@@ -103,7 +103,7 @@ fn from_string(a: &ArrayD<String>, to: DType) -> Result<Tensor, OpError> {
             .iter()
             .map(|s| f(s))
             .collect::<Result<Vec<T>, OpError>>()?;
-        super::broadcast::array(a.shape(), data)
+        crate::ops::arrays::array(a.shape(), data)
     }
     Ok(match to {
         DType::String => Tensor::String(a.clone()),

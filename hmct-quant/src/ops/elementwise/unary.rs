@@ -6,10 +6,11 @@ use hmct_tensor::ndarray::ArrayD;
 
 use hmct_tensor::ndarray::IxDyn;
 
-use super::broadcast::{CHUNK, PAR_MIN, contiguous, for_chunks, unary, unary_in_place};
+use super::broadcast::{CHUNK, PAR_MIN, for_chunks, unary, unary_in_place};
 use super::fastmath::{exp_slice, sigmoid_slice};
 use super::num::{Half, Num, Real, typed, with_num};
 use super::step::ElementStep;
+use crate::ops::arrays::contiguous;
 use crate::ops::{Kernel, NodeSpec, OpError, input, run_not_reusing};
 
 /// Float-only element-wise functions with their attributes.
