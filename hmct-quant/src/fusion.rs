@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use hmct_tensor::Tensor;
 use rayon::prelude::*;
 
-use crate::ops::elementwise::broadcast::along_axis1_only;
+use crate::ops::broadcast::along_axis1_only;
 use crate::ops::elementwise::step::{
     self, ArithOp, ElementStep, HardSwish, Operand, act_block, affine_block, arith_block,
     clip_block, hard_swish_block, relu_block,
@@ -340,7 +340,7 @@ fn compile(
                 None => Some(None),
                 Some(_) => constant(j).map(Some),
             };
-            let (lo, hi) = step::clip_bounds(attr_bounds, bound(1)?, bound(2)?).ok()?;
+            let (lo, hi) = step::clip_f32_bounds(attr_bounds, bound(1)?, bound(2)?).ok()?;
             Step::Clip { src, lo, hi }
         }
         ElementStep::Relu => {

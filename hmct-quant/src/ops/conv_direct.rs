@@ -22,8 +22,8 @@
 
 use rayon::prelude::*;
 
-use super::conv::Win3;
-use super::matmul::gemm_util::{Scalar, SendPtr};
+use super::gemm_util::{Scalar, SendPtr};
+use super::window::Win3;
 
 /// Output channels and positions of one register tile, per instruction set.
 const MR_AVX2: usize = 6;

@@ -1,16 +1,13 @@
 //! MatMul, Gemm, MatMulInteger and Einsum on the shared GEMM (`gemm_util`).
 
-#[path = "gemm_util.rs"]
-pub(crate) mod gemm_util;
-
 use std::collections::BTreeMap;
 
 use hmct_tensor::ndarray::ArrayD;
 use hmct_tensor::{Tensor, bf16, f16};
 use rayon::prelude::*;
 
-use self::gemm_util::{self as gu, MatRef, Scalar};
 use super::arrays::{array, contiguous, permute_data};
+use super::gemm_util::{self as gu, MatRef, Scalar};
 use super::{Kernel, NodeSpec, OpError, broadcast_shapes, input};
 
 pub(crate) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>> {

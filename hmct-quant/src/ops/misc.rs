@@ -5,7 +5,7 @@ use hmct_tensor::{Tensor, map_tensor};
 
 use super::arrays::array;
 use super::elementwise::cast::{cast, dtype_of_code};
-use super::elementwise::num::TensorElem;
+use super::num::TensorElem;
 use super::{Kernel, NodeSpec, OpError, input};
 
 fn constant_value(spec: &NodeSpec) -> Result<Tensor, OpError> {

@@ -9,12 +9,16 @@
 pub mod attrs;
 
 pub(crate) mod arrays;
+pub(crate) mod broadcast;
 pub(crate) mod conv;
 pub(crate) mod conv_direct;
 pub(crate) mod elementwise;
+pub(crate) mod fastmath;
+pub(crate) mod gemm_util;
 pub(crate) mod matmul;
 pub(crate) mod misc;
 pub(crate) mod norm;
+pub(crate) mod num;
 pub(crate) mod packed_gemm;
 pub(crate) mod pool;
 pub(crate) mod quantize;
@@ -22,8 +26,10 @@ pub(crate) mod reduce;
 pub(crate) mod resize;
 pub(crate) mod rnn;
 pub(crate) mod shape;
+pub(crate) mod window;
 
 pub use attrs::Attrs;
+pub use broadcast::broadcast_shapes;
 
 use hmct_tensor::Tensor;
 
@@ -206,32 +212,4 @@ pub fn normalize_axis(axis: i64, rank: usize) -> Result<usize, OpError> {
         )));
     }
     Ok(a as usize)
-}
-
-/// Numpy-style broadcast of two shapes.
-pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>, OpError> {
-    let n = a.len().max(b.len());
-    let mut out = vec![0; n];
-    for i in 0..n {
-        let da = if i + a.len() >= n {
-            a[i + a.len() - n]
-        } else {
-            1
-        };
-        let db = if i + b.len() >= n {
-            b[i + b.len() - n]
-        } else {
-            1
-        };
-        out[i] = if da == db || db == 1 {
-            da
-        } else if da == 1 {
-            db
-        } else {
-            return Err(OpError::invalid(format!(
-                "shapes {a:?} and {b:?} do not broadcast"
-            )));
-        };
-    }
-    Ok(out)
 }

@@ -19,8 +19,8 @@
 
 use std::cell::RefCell;
 
-use super::conv::Win3;
-use super::matmul::gemm_util::MatRef;
+use super::gemm_util::MatRef;
+use super::window::Win3;
 
 /// Rows and columns of a register tile.
 pub(crate) const MR: usize = 12;
@@ -503,7 +503,7 @@ pub(crate) fn conv(
     };
     let m_tasks = mg.div_ceil(m_chunk);
     let tasks = n * group * blocks * m_tasks;
-    let yp = super::matmul::gemm_util::SendPtr(y.as_mut_ptr());
+    let yp = super::gemm_util::SendPtr(y.as_mut_ptr());
     let task = |t: usize| {
         let blk = t % blocks;
         let mt = t / blocks % m_tasks;

@@ -5,7 +5,7 @@ use hmct_tensor::{Tensor, f16};
 use rayon::prelude::*;
 
 use super::arrays::{array, contiguous};
-use super::conv::{Win3, WindowAttrs};
+use super::window::{Win3, WindowAttrs};
 use super::{Kernel, NodeSpec, OpError, input};
 
 pub(crate) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>> {

@@ -9,7 +9,7 @@ use hmct_tensor::Tensor;
 use hmct_tensor::ndarray::{ArrayD, IxDyn};
 
 use super::arrays::contiguous;
-use super::matmul::gemm_util::{self as gu, MatRef};
+use super::gemm_util::{self as gu, MatRef};
 use super::{Kernel, NodeSpec, OpError, input};
 
 pub(crate) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>> {

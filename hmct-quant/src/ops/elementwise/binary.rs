@@ -4,9 +4,9 @@
 use hmct_tensor::Tensor;
 use hmct_tensor::ndarray::ArrayD;
 
-use super::broadcast::{along_axis1_only, binary, binary_in_place, ternary, unary};
-use super::num::{Num, with_num, with_num2, with_same2};
 use super::step::{ArithOp, ElementStep};
+use crate::ops::broadcast::{along_axis1_only, binary, binary_in_place, ternary, unary};
+use crate::ops::num::{Num, with_num, with_num2, with_same2};
 use crate::ops::{Kernel, NodeSpec, OpError, input, run_not_reusing};
 
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -6,7 +6,7 @@ use hmct_tensor::Tensor;
 use hmct_tensor::ndarray::ArrayD;
 
 use crate::ops::arrays::{array, contiguous, split3};
-use crate::ops::elementwise::num::{Num, with_num};
+use crate::ops::num::{Num, with_num};
 use crate::ops::{Kernel, NodeSpec, OpError, input, input_i64s, normalize_axis};
 
 /// Index of the max (or min) along the middle axis of `[outer, len, inner]`. The

@@ -5,8 +5,7 @@ use hmct_tensor::ndarray::{ArrayD, Axis};
 use hmct_tensor::{Tensor, map_tensor};
 
 use crate::ops::arrays::{array, contiguous};
-use crate::ops::elementwise::num::{TensorElem, typed};
-use crate::ops::elementwise::scalar_of;
+use crate::ops::num::{TensorElem, scalar_of, typed};
 use crate::ops::{Kernel, NodeSpec, OpError, input, input_i64s, normalize_axis, opt_input};
 
 /// Output element at multi-index `i` is input element `idx[0][i0], idx[1][i1], ...`,

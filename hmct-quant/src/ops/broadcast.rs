@@ -11,13 +11,41 @@
 use hmct_tensor::ndarray::{ArrayD, IxDyn};
 use rayon::prelude::*;
 
+use crate::ops::OpError;
 use crate::ops::arrays::{array, contiguous};
-use crate::ops::{OpError, broadcast_shapes};
 
 /// Outputs smaller than this run on the calling thread.
 pub(crate) const PAR_MIN: usize = 1 << 15;
 /// Output elements per parallel task.
 pub(crate) const CHUNK: usize = 1 << 13;
+
+/// Numpy-style broadcast of two shapes.
+pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>, OpError> {
+    let n = a.len().max(b.len());
+    let mut out = vec![0; n];
+    for i in 0..n {
+        let da = if i + a.len() >= n {
+            a[i + a.len() - n]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= n {
+            b[i + b.len() - n]
+        } else {
+            1
+        };
+        out[i] = if da == db || db == 1 {
+            da
+        } else if da == 1 {
+            db
+        } else {
+            return Err(OpError::invalid(format!(
+                "shapes {a:?} and {b:?} do not broadcast"
+            )));
+        };
+    }
+    Ok(out)
+}
 
 /// Whether an operand of shape `operand` broadcasts to `shape` without changing it,
 /// varying along axis 1 at most: one value, or one per channel.
