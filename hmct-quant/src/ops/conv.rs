@@ -294,7 +294,7 @@ pub(crate) fn conv_nd<T: Scalar>(
     }
     if let (Some(xf), Some(wf)) = (f32_slice(x), f32_slice(w))
         && super::conv_direct::fits(&g3, cg)
-        && let Some(isa) = super::conv_direct::best_isa()
+        && let Some(isa) = crate::cpu::conv_isa()
     {
         let mut y = crate::buffers::take::<T>(n * m * out_vol);
         let bf = bias.and_then(f32_slice);

@@ -383,7 +383,7 @@ impl PoolElem for f32 {
         let pairs = (row.len() / 2).min(even.len()).min(odd.len());
         let mut done = 0;
         #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx2") {
+        if crate::cpu::features().avx2 {
             // SAFETY: the CPU has AVX2; `pairs` bounds every access.
             done = unsafe { deinterleave_avx2(row, even, odd, pairs) };
         }
@@ -395,12 +395,7 @@ impl PoolElem for f32 {
 
     #[inline(always)]
     fn has_fold_2d() -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            is_x86_feature_detected!("avx2")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        false
+        crate::cpu::features().avx2
     }
 
     #[inline(always)]
@@ -431,7 +426,7 @@ impl PoolElem for f32 {
     #[inline(always)]
     fn max_into(dst: &mut [f32], src: &[f32]) {
         #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx") {
+        if crate::cpu::features().avx {
             // SAFETY: the CPU has AVX.
             unsafe { max_into_avx(dst, src) };
             return;

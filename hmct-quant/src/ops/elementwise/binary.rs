@@ -347,7 +347,7 @@ fn prelu_planes(x: &ArrayD<f32>, slope: &ArrayD<f32>) -> Option<ArrayD<f32>> {
     // select into masked stores, which on AMD cost more than the whole loop.
     let mut out = crate::buffers::take::<f32>(src.len());
     #[cfg(target_arch = "x86_64")]
-    let avx = plane >= 8 && is_x86_feature_detected!("avx");
+    let avx = plane >= 8 && crate::cpu::features().avx;
     // Planes cycle through the slopes (channels of each image in turn).
     for ((s, d), &k) in src
         .chunks(plane)
