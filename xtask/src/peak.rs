@@ -120,8 +120,21 @@ mod x86 {
     /// The loop every vector kernel runs: broadcast the two inputs into `$a` and `$b`,
     /// zero the accumulators, then per iteration `$op acc, $a, $b` into each
     /// accumulator in turn, `$iters` times. Reads `AB`; every register written is
-    /// declared.
+    /// declared. `zmm` stands for the AVX-512 registers: inputs in zmm30 and zmm31,
+    /// 16 accumulators.
     macro_rules! register_loop {
+        ($iters:expr, $op:literal, zmm) => {
+            register_loop!(
+                $iters,
+                $op,
+                "zmm30",
+                "zmm31",
+                [
+                    "zmm0", "zmm1", "zmm2", "zmm3", "zmm4", "zmm5", "zmm6", "zmm7", "zmm8", "zmm9",
+                    "zmm10", "zmm11", "zmm12", "zmm13", "zmm14", "zmm15",
+                ]
+            )
+        };
         ($iters:expr, $op:literal, $a:tt, $b:tt, [$($acc:tt),+ $(,)?]) => {
             asm!(
                 concat!("vbroadcastss ", $a, ", dword ptr [{p}]"),
@@ -144,16 +157,7 @@ mod x86 {
     unsafe fn fma512_inner(iters: u64) {
         // SAFETY: see `register_loop`.
         unsafe {
-            register_loop!(
-                iters,
-                "vfmadd231ps",
-                "zmm30",
-                "zmm31",
-                [
-                    "zmm0", "zmm1", "zmm2", "zmm3", "zmm4", "zmm5", "zmm6", "zmm7", "zmm8", "zmm9",
-                    "zmm10", "zmm11", "zmm12", "zmm13", "zmm14", "zmm15",
-                ]
-            );
+            register_loop!(iters, "vfmadd231ps", zmm);
         }
     }
 
@@ -191,16 +195,7 @@ mod x86 {
         // SAFETY: see `register_loop`. The broadcast f32 bit patterns read as pairs
         // of bf16 values; which values does not change the timing (no denormals).
         unsafe {
-            register_loop!(
-                iters,
-                "vdpbf16ps",
-                "zmm30",
-                "zmm31",
-                [
-                    "zmm0", "zmm1", "zmm2", "zmm3", "zmm4", "zmm5", "zmm6", "zmm7", "zmm8", "zmm9",
-                    "zmm10", "zmm11", "zmm12", "zmm13", "zmm14", "zmm15",
-                ]
-            );
+            register_loop!(iters, "vdpbf16ps", zmm);
         }
     }
 
