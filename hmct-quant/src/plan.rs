@@ -10,7 +10,6 @@ use hmct_proto::onnx::{GraphProto, NodeProto, ValueInfoProto};
 use hmct_tensor::{DType, Tensor, tensor_from_proto};
 
 use crate::fake_quant::FakeQuant;
-use crate::fusion::{Chain, find_chains};
 use crate::ops::{self, Attrs, Kernel, NodeSpec, OpError};
 
 /// Index of a value (tensor) in a plan.
@@ -77,6 +76,16 @@ pub struct PlanNode {
     pub(crate) op: NodeOp,
 }
 
+impl PlanNode {
+    /// The kernel this node runs, unless it is a calibration or If node.
+    pub fn kernel(&self) -> Option<&dyn Kernel> {
+        match &self.op {
+            NodeOp::Kernel(k) => Some(k.as_ref()),
+            _ => None,
+        }
+    }
+}
+
 /// A calibration node of the plan.
 #[derive(Clone, Debug)]
 pub struct PlanCalibration {
@@ -114,10 +123,6 @@ pub struct Plan {
     pub(crate) outputs: Vec<Slot>,
     pub(crate) calibrations: Vec<PlanCalibration>,
     pub(crate) calibration_index: HashMap<String, usize>,
-    /// Chains of element-wise nodes the executor may run as one pass, and for each
-    /// node the chain it starts.
-    pub(crate) chains: Vec<Chain>,
-    pub(crate) chain_at: Vec<Option<usize>>,
 }
 
 /// Options for planning.
@@ -157,8 +162,6 @@ impl Plan {
             outputs: Vec::new(),
             calibrations: Vec::new(),
             calibration_index: HashMap::new(),
-            chains: Vec::new(),
-            chain_at: Vec::new(),
         };
         plan.add_initializers(graph, options)?;
         plan.add_graph_inputs(graph);
@@ -166,11 +169,6 @@ impl Plan {
             plan.add_node(graph, graph_index, options, is_subgraph)?;
         }
         plan.add_graph_outputs(graph, is_subgraph)?;
-        plan.chains = find_chains(&plan);
-        plan.chain_at = vec![None; plan.nodes.len()];
-        for (c, chain) in plan.chains.iter().enumerate() {
-            plan.chain_at[chain.nodes[0]] = Some(c);
-        }
         Ok(plan)
     }
 
@@ -564,13 +562,6 @@ impl Plan {
     /// The folded constant held in a slot, if it is one.
     pub fn constant(&self, slot: Slot) -> Option<&Arc<Tensor>> {
         self.constants[slot].as_ref()
-    }
-
-    /// The nodes of the element-wise chain node `node` starts, when it starts one: the
-    /// executor may run them as one pass (see the `fusion` module).
-    pub fn fused_chain(&self, node: usize) -> Option<&[usize]> {
-        let c = (*self.chain_at.get(node)?)?;
-        Some(&self.chains[c].nodes)
     }
 
     /// The node producing a slot (None for inputs and constants).
