@@ -156,7 +156,8 @@ pub const MATMUL_SHAPES: &[MatMulShape] = &[
     },
 ];
 
-fn ints(name: &str, v: &[i64]) -> AttributeProto {
+/// An INTS attribute (also what `cargo xtask example` builds its model with).
+pub fn ints(name: &str, v: &[i64]) -> AttributeProto {
     AttributeProto {
         name: Some(name.into()),
         r#type: Some(AttributeType::Ints as i32),
@@ -165,7 +166,8 @@ fn ints(name: &str, v: &[i64]) -> AttributeProto {
     }
 }
 
-fn int(name: &str, v: i64) -> AttributeProto {
+/// An INT attribute.
+pub fn int(name: &str, v: i64) -> AttributeProto {
     AttributeProto {
         name: Some(name.into()),
         r#type: Some(AttributeType::Int as i32),

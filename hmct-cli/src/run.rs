@@ -108,7 +108,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         );
     }
     if let Some(times) = session.node_times() {
-        print_profile(session.plan(), &times, data.len() * args.repeat as usize);
+        print_profile(&session, &times, data.len() * args.repeat as usize);
     }
     if let Some(dir) = &args.output_dir {
         println!("outputs written to {}", dir.display());
@@ -120,13 +120,14 @@ pub fn run(args: &RunArgs) -> Result<()> {
 const SLOWEST_NODES: usize = 10;
 
 /// Time per run by op type, then the slowest nodes.
-fn print_profile(plan: &hmct_quant::Plan, times: &NodeTimes, runs: usize) {
+fn print_profile(session: &hmct_quant::Session, times: &NodeTimes, runs: usize) {
+    let plan = session.plan();
     let per_run = |d: Duration| d.as_secs_f64() * 1e3 / runs.max(1) as f64;
     let total: Duration = times.total.iter().sum();
     let share = |d: Duration| 100.0 * d.as_secs_f64() / total.as_secs_f64().max(f64::MIN_POSITIVE);
     // A node that ran an element-wise chain as one pass timed the whole chain; the
     // chain's other nodes did not run on their own.
-    let fused = |i: usize| plan.fused_chain(i).filter(|_| times.fused_calls[i] > 0);
+    let fused = |i: usize| session.fused_chain(i).filter(|_| times.fused_calls[i] > 0);
     let label = |i: usize| match fused(i) {
         Some(chain) => format!("fused chain of {}", chain.len()),
         None => plan.nodes()[i].op_type.clone(),

@@ -5,30 +5,16 @@
 //! kernels run on the calling thread, as in a one-thread session (otherwise on rayon's
 //! global pool).
 
+#[path = "../tests/common/kernel.rs"]
+#[allow(dead_code)]
+mod common_kernel;
+
+use common_kernel::{int, ints};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use hmct_proto::onnx::AttributeProto;
-use hmct_proto::onnx::attribute_proto::AttributeType;
 use hmct_quant::fake_quant::{FakeQuant, QType};
 use hmct_quant::ops::{Attrs, Kernel, NodeSpec, build_kernel, on_calling_thread};
 use hmct_tensor::Tensor;
-
-fn ints(name: &str, v: &[i64]) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        r#type: Some(AttributeType::Ints as i32),
-        ints: v.to_vec(),
-        ..Default::default()
-    }
-}
-
-fn int(name: &str, v: i64) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        r#type: Some(AttributeType::Int as i32),
-        i: Some(v),
-        ..Default::default()
-    }
-}
 
 fn kernel(op: &str, attrs: &[AttributeProto], n_in: usize) -> Box<dyn Kernel> {
     let present = vec![true; n_in];

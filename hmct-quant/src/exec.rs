@@ -23,6 +23,7 @@ use hmct_tensor::Tensor;
 use hmct_tensor::ndarray::{ArrayD, IxDyn};
 
 use crate::fake_quant::FakeQuant;
+use crate::fusion::{Chain, Chains, Walk};
 use crate::ops::OpError;
 use crate::plan::{NodeOp, Plan, Slot};
 
@@ -127,16 +128,22 @@ impl Values {
         self.slots.get(slot).and_then(|v| v.as_ref())
     }
 
+    /// A slot's value: a constant of `plan`, or a value held here.
+    fn lookup(&self, plan: &Plan, slot: Slot) -> Option<Arc<Tensor>> {
+        plan.constants[slot]
+            .clone()
+            .or_else(|| self.get(slot).cloned())
+    }
+
+    /// [`Values::lookup`], or the error naming the value when it has none.
+    fn fetch(&self, plan: &Plan, slot: Slot) -> Result<Arc<Tensor>, RunError> {
+        self.lookup(plan, slot)
+            .ok_or_else(|| RunError::Missing(plan.value_name(slot).to_string()))
+    }
+
     /// Bytes held by the kept values (shared tensors count once per slot).
     pub fn nbytes(&self) -> usize {
         self.slots.iter().flatten().map(|t| t.nbytes()).sum()
-    }
-
-    /// Drops a value.
-    pub fn forget(&mut self, slot: Slot) {
-        if let Some(v) = self.slots.get_mut(slot) {
-            *v = None;
-        }
     }
 }
 
@@ -159,11 +166,24 @@ pub struct Session {
     weight_cache: Mutex<HashMap<usize, Vec<(FakeQuant, Arc<Tensor>)>>>,
     /// Wall time per plan node, when profiling is on.
     profile: Option<Mutex<NodeTimes>>,
-    /// Whether element-wise chains may run as one pass (see the `fusion` module).
+    /// Chains of element-wise nodes that may run as one pass (see the `fusion`
+    /// module), found when the session is made.
+    chains: Chains,
+    /// Whether those chains run as one pass.
     fuse: bool,
     /// Raised by another thread to stop runs between two nodes (Ctrl-C in the Python
     /// package): one forward pass of a big model takes seconds, too long to wait for.
     cancel: Option<Arc<AtomicBool>>,
+}
+
+/// One plan being run: a session's plan, or the branch of an If node it runs.
+#[derive(Clone, Copy)]
+struct Scope<'a> {
+    plan: &'a Plan,
+    /// Chains that may run as one pass; `None` runs every node on its own.
+    chains: Option<&'a Chains>,
+    /// Per-node timing, of the session's plan only (a branch's time is its If node's).
+    profile: Option<&'a Mutex<NodeTimes>>,
 }
 
 /// Wall time spent in each plan node (indexed like `Plan::nodes`), summed over the
@@ -175,7 +195,7 @@ pub struct NodeTimes {
     /// Calls in which the node ran, on its own or as the start of a fused chain.
     pub calls: Vec<u32>,
     /// Calls in which the node ran the element-wise chain it starts
-    /// ([`Plan::fused_chain`]) as one pass; those calls' time is the whole chain's.
+    /// ([`Session::fused_chain`]) as one pass; those calls' time is the whole chain's.
     pub fused_calls: Vec<u32>,
 }
 
@@ -188,12 +208,14 @@ impl Session {
             .build()
             .map_err(|e| RunError::ThreadPool(e.to_string()))?;
         let threads = pool.current_num_threads();
+        let chains = Chains::find(&plan);
         Ok(Session {
             plan,
             pool,
             threads,
             weight_cache: Mutex::new(HashMap::new()),
             profile: None,
+            chains,
             fuse: true,
             cancel: None,
         })
@@ -233,6 +255,12 @@ impl Session {
 
     pub fn plan(&self) -> &Plan {
         &self.plan
+    }
+
+    /// The nodes of the element-wise chain node `node` starts, when it starts one: the
+    /// session may run them as one pass (see the `fusion` module).
+    pub fn fused_chain(&self, node: usize) -> Option<&[usize]> {
+        Some(&self.chains.starting_at(node)?.nodes)
     }
 
     pub fn threads(&self) -> usize {
@@ -326,7 +354,12 @@ impl Session {
         wanted: &[Slot],
         capture: Capture,
     ) -> Result<Values, RunError> {
-        let run = || self.execute(known, base_config, config, wanted, capture);
+        let scope = Scope {
+            plan: &self.plan,
+            chains: self.fuse.then_some(&self.chains),
+            profile: self.profile.as_ref(),
+        };
+        let run = || self.execute(scope, known, base_config, config, wanted, capture);
         if self.threads == 1 {
             // On the caller's thread: handing the run to the pool's one thread and
             // waking the caller afterwards costs more than many small models' runs
@@ -339,13 +372,14 @@ impl Session {
 
     fn execute(
         &self,
+        scope: Scope,
         known: &Values,
         base_config: Option<&Config>,
         config: &Config,
         wanted: &[Slot],
         capture: Capture,
     ) -> Result<Values, RunError> {
-        let plan = &self.plan;
+        let plan = scope.plan;
         let n_values = plan.num_values();
 
         // Forward pass over the plan: which slots change relative to `known`.
@@ -416,14 +450,14 @@ impl Session {
             {
                 return Err(RunError::Cancelled);
             }
-            let start = self.profile.as_ref().map(|_| Instant::now());
-            if let Some(c) = plan.chain_at[i].filter(|_| self.fuse)
-                && self.run_chain(c, &mut values, &run_node, &keep, &last_use)
+            let start = scope.profile.map(|_| Instant::now());
+            if let Some(chain) = scope.chains.and_then(|c| c.starting_at(i))
+                && run_chain(plan, chain, &mut values, &run_node, &keep, &last_use)
             {
-                for &j in &plan.chains[c].nodes {
+                for &j in &chain.nodes {
                     fused[j] = true;
                 }
-                if let (Some(profile), Some(start)) = (&self.profile, start) {
+                if let (Some(profile), Some(start)) = (scope.profile, start) {
                     let mut p = profile.lock().unwrap_or_else(|e| e.into_inner());
                     p.total[i] += start.elapsed();
                     p.calls[i] += 1;
@@ -431,8 +465,8 @@ impl Session {
                 }
                 continue;
             }
-            let outputs = self.run_node(i, &mut values, config, &keep, &last_use)?;
-            if let (Some(profile), Some(start)) = (&self.profile, start) {
+            let outputs = self.run_node(plan, i, &mut values, config, &keep, &last_use)?;
+            if let (Some(profile), Some(start)) = (scope.profile, start) {
                 let mut p = profile.lock().unwrap_or_else(|e| e.into_inner());
                 p.total[i] += start.elapsed();
                 p.calls[i] += 1;
@@ -456,86 +490,17 @@ impl Session {
         Ok(values)
     }
 
-    /// Runs chain `c` as one pass when every node of it has to run, none of its
-    /// intermediate values is kept, and its input is an f32 tensor its operands
-    /// broadcast to. Returns false, having changed nothing, when the nodes have to run
-    /// one by one instead.
-    fn run_chain(
-        &self,
-        c: usize,
-        values: &mut Values,
-        run_node: &[bool],
-        keep: &[bool],
-        last_use: &[usize],
-    ) -> bool {
-        let plan = &self.plan;
-        let chain = &plan.chains[c];
-        if !chain.nodes.iter().all(|&j| run_node[j]) || chain.internal.iter().any(|&s| keep[s]) {
-            return false;
-        }
-        let x_slot = chain.input;
-        let Some(x) = plan.constants[x_slot]
-            .clone()
-            .or_else(|| values.get(x_slot).cloned())
-        else {
-            return false;
-        };
-        let Tensor::F32(xa) = &*x else {
-            return false;
-        };
-        let Some(walk) = chain.walk(xa.shape()) else {
-            return false;
-        };
-        let shape = xa.shape().to_vec();
-        // The input may be overwritten when the chain reads it for the last time.
-        let free = !keep[x_slot]
-            && plan.constants[x_slot].is_none()
-            && chain.nodes.contains(&last_use[x_slot])
-            && chain.input_readers_within.iter().all(|&k| !run_node[k]);
-        // When free, the executor gives up its reference; the buffer is overwritten
-        // only if that leaves the chain the one holder.
-        let x = if free {
-            drop(x);
-            values.slots[x_slot]
-                .take()
-                .expect("the input was fetched from the values above")
-        } else {
-            x
-        };
-        let out = match Arc::try_unwrap(x) {
-            Ok(Tensor::F32(mut a)) => {
-                let d = a
-                    .as_slice_mut()
-                    .expect("tensors are kept in standard layout");
-                chain.run(walk, None, d);
-                a
-            }
-            Ok(other) => fresh_output(chain, walk, &other, &shape),
-            Err(shared) => fresh_output(chain, walk, &shared, &shape),
-        };
-        for &s in &chain.internal {
-            values.slots[s] = None;
-        }
-        values.slots[chain.output] = Some(Arc::new(Tensor::F32(out)));
-        true
-    }
-
     fn run_node(
         &self,
+        plan: &Plan,
         i: usize,
         values: &mut Values,
         config: &Config,
         keep: &[bool],
         last_use: &[usize],
     ) -> Result<Vec<Arc<Tensor>>, RunError> {
-        let plan = &self.plan;
         let node = &plan.nodes[i];
-        let fetch = |values: &Values, s: Slot| -> Result<Arc<Tensor>, RunError> {
-            plan.constants[s]
-                .clone()
-                .or_else(|| values.get(s).cloned())
-                .ok_or_else(|| RunError::Missing(plan.value_name(s).to_string()))
-        };
+        let fetch = |values: &Values, s: Slot| values.fetch(plan, s);
         let node_err = |source| RunError::Node {
             node: node.name.clone(),
             op_type: node.op_type.clone(),
@@ -648,25 +613,32 @@ impl Session {
                         ))));
                     }
                 };
-                let branch = if c { then_branch } else { else_branch };
+                let branch: &Plan = if c { then_branch } else { else_branch };
                 // Outer values the branches read follow the condition, then-branch's first.
                 let offset = if c { 1 } else { 1 + then_branch.inputs().len() };
-                let mut sub_inputs = Vec::new();
+                let mut bound = Values {
+                    slots: vec![None; branch.num_values()],
+                };
                 for (k, info) in branch.inputs().iter().enumerate() {
                     let s = node.inputs[offset + k].expect("outer inputs are always bound");
-                    sub_inputs.push((info.slot, fetch(values, s)?));
+                    bound.slots[info.slot] = Some(fetch(values, s)?);
                 }
-                run_subplan(branch, sub_inputs)
+                // The branch runs on the same scheduler, every node on its own.
+                let scope = Scope {
+                    plan: branch,
+                    chains: None,
+                    profile: None,
+                };
+                let wanted = branch.outputs();
+                let out = self.execute(scope, &bound, None, config, wanted, Capture::Wanted)?;
+                wanted.iter().map(|&s| out.fetch(branch, s)).collect()
             }
         }
     }
 
     /// A slot's value: a constant of the plan or a value of `values`.
     pub fn value(&self, values: &Values, slot: Slot) -> Result<Arc<Tensor>, RunError> {
-        self.plan.constants[slot]
-            .clone()
-            .or_else(|| values.get(slot).cloned())
-            .ok_or_else(|| RunError::Missing(self.plan.value_name(slot).to_string()))
+        values.fetch(&self.plan, slot)
     }
 
     fn quantized_weight(
@@ -710,15 +682,67 @@ impl Session {
     }
 }
 
-/// Gives a dropped value's buffer to the thread's pool when nothing else holds it
-/// (values shared with a capture or a caller stay alive and untouched).
+/// Runs `chain` as one pass when every node of it has to run, none of its
+/// intermediate values is kept, and its input is an f32 tensor its operands
+/// broadcast to. Returns false, having changed nothing, when the nodes have to run
+/// one by one instead.
+fn run_chain(
+    plan: &Plan,
+    chain: &Chain,
+    values: &mut Values,
+    run_node: &[bool],
+    keep: &[bool],
+    last_use: &[usize],
+) -> bool {
+    if !chain.nodes.iter().all(|&j| run_node[j]) || chain.internal.iter().any(|&s| keep[s]) {
+        return false;
+    }
+    let x_slot = chain.input;
+    let Some(x) = values.lookup(plan, x_slot) else {
+        return false;
+    };
+    let Tensor::F32(xa) = &*x else {
+        return false;
+    };
+    let Some(walk) = chain.walk(xa.shape()) else {
+        return false;
+    };
+    let shape = xa.shape().to_vec();
+    // The input may be overwritten when the chain reads it for the last time.
+    let free = !keep[x_slot]
+        && plan.constants[x_slot].is_none()
+        && chain.nodes.contains(&last_use[x_slot])
+        && chain.input_readers_within.iter().all(|&k| !run_node[k]);
+    // When free, the executor gives up its reference; the buffer is overwritten
+    // only if that leaves the chain the one holder.
+    let x = if free {
+        drop(x);
+        values.slots[x_slot]
+            .take()
+            .expect("the input was fetched from the values above")
+    } else {
+        x
+    };
+    let out = match Arc::try_unwrap(x) {
+        Ok(Tensor::F32(mut a)) => {
+            let d = a
+                .as_slice_mut()
+                .expect("tensors are kept in standard layout");
+            chain.run(walk, None, d);
+            a
+        }
+        Ok(other) => fresh_output(chain, walk, &other, &shape),
+        Err(shared) => fresh_output(chain, walk, &shared, &shape),
+    };
+    for &s in &chain.internal {
+        values.slots[s] = None;
+    }
+    values.slots[chain.output] = Some(Arc::new(Tensor::F32(out)));
+    true
+}
+
 /// A chain's output in a new buffer, reading `x` (an f32 tensor of `shape`).
-fn fresh_output(
-    chain: &crate::fusion::Chain,
-    walk: crate::fusion::Walk,
-    x: &Tensor,
-    shape: &[usize],
-) -> ArrayD<f32> {
+fn fresh_output(chain: &Chain, walk: Walk, x: &Tensor, shape: &[usize]) -> ArrayD<f32> {
     let Tensor::F32(xa) = x else {
         unreachable!("chains run on f32 inputs only")
     };
@@ -728,84 +752,10 @@ fn fresh_output(
     ArrayD::from_shape_vec(IxDyn(shape), out).expect("same element count as the input")
 }
 
+/// Gives a dropped value's buffer to the thread's pool when nothing else holds it
+/// (values shared with a capture or a caller stay alive and untouched).
 fn recycle(value: Option<Arc<Tensor>>) {
     if let Some(t) = value.and_then(|a| Arc::try_unwrap(a).ok()) {
         crate::buffers::give(t);
     }
-}
-
-/// Runs a branch subgraph (no calibration nodes) on its bound inputs.
-fn run_subplan(
-    plan: &Plan,
-    inputs: Vec<(Slot, Arc<Tensor>)>,
-) -> Result<Vec<Arc<Tensor>>, RunError> {
-    let mut values = Values {
-        slots: vec![None; plan.num_values()],
-    };
-    for (s, t) in inputs {
-        values.slots[s] = Some(t);
-    }
-    for node in &plan.nodes {
-        let fetch = |s: Slot| -> Result<Arc<Tensor>, RunError> {
-            plan.constants[s]
-                .clone()
-                .or_else(|| values.get(s).cloned())
-                .ok_or_else(|| RunError::Missing(plan.value_name(s).to_string()))
-        };
-        let node_err = |source| RunError::Node {
-            node: node.name.clone(),
-            op_type: node.op_type.clone(),
-            opset: node.opset,
-            source,
-        };
-        let outs: Vec<Arc<Tensor>> = match &node.op {
-            NodeOp::Kernel(k) => {
-                let inputs: Vec<Option<Arc<Tensor>>> = node
-                    .inputs
-                    .iter()
-                    .map(|s| s.map(fetch).transpose())
-                    .collect::<Result<_, _>>()?;
-                let refs: Vec<Option<&Tensor>> = inputs.iter().map(|t| t.as_deref()).collect();
-                k.run(&refs)
-                    .map_err(node_err)?
-                    .into_iter()
-                    .map(|t| Arc::new(t.into_standard_layout()))
-                    .collect()
-            }
-            NodeOp::If {
-                then_branch,
-                else_branch,
-            } => {
-                let cond = fetch(
-                    node.inputs[0]
-                        .ok_or_else(|| node_err(OpError::invalid("missing condition")))?,
-                )?;
-                let c = match &*cond {
-                    Tensor::Bool(a) if a.len() == 1 => a.iter().next().copied().unwrap_or(false),
-                    _ => return Err(node_err(OpError::invalid("condition must be one bool"))),
-                };
-                let branch = if c { then_branch } else { else_branch };
-                let offset = if c { 1 } else { 1 + then_branch.inputs().len() };
-                let mut sub_inputs = Vec::new();
-                for (k, info) in branch.inputs().iter().enumerate() {
-                    let s = node.inputs[offset + k].expect("outer inputs are always bound");
-                    sub_inputs.push((info.slot, fetch(s)?));
-                }
-                run_subplan(branch, sub_inputs)?
-            }
-            NodeOp::Calibration(_) => unreachable!("subgraphs are planned without calibration"),
-        };
-        for (&slot, t) in node.outputs.iter().zip(outs) {
-            values.slots[slot] = Some(t);
-        }
-    }
-    plan.outputs
-        .iter()
-        .map(|&s| {
-            plan.constants[s]
-                .clone()
-                .or_else(|| values.get(s).cloned())
-                .ok_or_else(|| RunError::Missing(plan.value_name(s).to_string()))
-        })
-        .collect()
 }

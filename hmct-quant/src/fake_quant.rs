@@ -519,7 +519,7 @@ pub mod kernels {
     pub fn int_uniform(data: &mut [f32], s: f32, lo: f32, hi: f32) {
         #[cfg(target_arch = "x86_64")]
         if avx2::available() {
-            // SAFETY: the CPU supports AVX2 and FMA (checked just above).
+            // SAFETY: the CPU supports AVX2 (checked just above).
             unsafe { avx2::int_uniform(data, s, lo, hi) };
             return;
         }
@@ -551,11 +551,12 @@ pub mod kernels {
         use std::arch::x86_64::*;
 
         pub fn available() -> bool {
-            is_x86_feature_detected!("avx2")
+            crate::cpu::features().avx2
         }
 
         pub fn available_f16c() -> bool {
-            is_x86_feature_detected!("avx") && is_x86_feature_detected!("f16c")
+            let f = crate::cpu::features();
+            f.avx && f.f16c
         }
 
         /// `maxps(v, lo)` returns its second operand when `v` is NaN; that is the

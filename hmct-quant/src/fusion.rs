@@ -3,8 +3,8 @@
 //! Exported CNNs follow each Conv with several element-wise nodes: BatchNormalization,
 //! or the Mul/Add of a folded one, then the Add/Clip/Mul/Div of a hard-swish. Run node
 //! by node, each is a pass over the whole activation, and on large activations those
-//! passes cost more than the arithmetic. At plan time, [`find_chains`] groups such
-//! nodes into chains with one input and one output whose intermediate values nobody
+//! passes cost more than the arithmetic. When a session is made, [`Chains::find`]
+//! groups such nodes, read from the plan's public view, into chains with one input and one output whose intermediate values nobody
 //! else reads; at run time the executor runs a chain block by block, every step on a
 //! few hundred values in cache, when none of its intermediate values is wanted or
 //! captured (otherwise the nodes run one by one, as always).
@@ -19,13 +19,13 @@ use std::collections::HashMap;
 use hmct_tensor::Tensor;
 use rayon::prelude::*;
 
-use crate::ops::elementwise::broadcast::along_axis1_only;
+use crate::ops::broadcast::along_axis1_only;
 use crate::ops::elementwise::step::{
     self, ArithOp, ElementStep, HardSwish, Operand, act_block, affine_block, arith_block,
     clip_block, hard_swish_block, relu_block,
 };
 use crate::ops::norm::batch_norm_f32_affine;
-use crate::plan::{NodeOp, Plan, Slot};
+use crate::plan::{Plan, Slot};
 
 /// Most nodes in one chain (the PP-OCR chains have up to nine).
 const MAX_CHAIN: usize = 16;
@@ -285,17 +285,14 @@ fn compile(
     regs: &HashMap<Slot, usize>,
     consts: &mut Vec<Constant>,
 ) -> Option<Step> {
-    let node = &plan.nodes[i];
-    let NodeOp::Kernel(kernel) = &node.op else {
-        return None;
-    };
-    let element = kernel.element_step()?;
+    let node = &plan.nodes()[i];
+    let element = node.kernel()?.element_step()?;
     if node.outputs.len() != 1 {
         return None;
     }
     let constant = |j: usize| -> Option<&Tensor> {
         let s = node.inputs.get(j).copied().flatten()?;
-        plan.constants[s].as_deref()
+        plan.constant(s).map(|t| &**t)
     };
     let reg = |j: usize| -> Option<usize> { regs.get(&node.inputs.get(j).copied()??).copied() };
     let only = |n: usize| node.inputs.len() <= n;
@@ -340,7 +337,7 @@ fn compile(
                 None => Some(None),
                 Some(_) => constant(j).map(Some),
             };
-            let (lo, hi) = step::clip_bounds(attr_bounds, bound(1)?, bound(2)?).ok()?;
+            let (lo, hi) = step::clip_f32_bounds(attr_bounds, bound(1)?, bound(2)?).ok()?;
             Step::Clip { src, lo, hi }
         }
         ElementStep::Relu => {
@@ -460,13 +457,37 @@ fn fuse_hard_swish(steps: &mut [Step], consts: &[Constant]) {
     }
 }
 
+/// The chains of a plan, and for each node the chain it starts.
+pub(crate) struct Chains {
+    chains: Vec<Chain>,
+    at: Vec<Option<usize>>,
+}
+
+impl Chains {
+    /// Finds the chains of `plan` (see [`find_chains`]).
+    pub fn find(plan: &Plan) -> Chains {
+        let chains = find_chains(plan);
+        let mut at = vec![None; plan.nodes().len()];
+        for (c, chain) in chains.iter().enumerate() {
+            at[chain.nodes[0]] = Some(c);
+        }
+        Chains { chains, at }
+    }
+
+    /// The chain node `node` starts, when it starts one.
+    pub fn starting_at(&self, node: usize) -> Option<&Chain> {
+        Some(&self.chains[(*self.at.get(node)?)?])
+    }
+}
+
 /// Finds the chains of `plan`: each starts at an element-wise node reading one
 /// non-constant value, and grows along element-wise nodes that read only values of
 /// the chain and constants, as long as it keeps a single output.
-pub(crate) fn find_chains(plan: &Plan) -> Vec<Chain> {
+fn find_chains(plan: &Plan) -> Vec<Chain> {
     let n_values = plan.num_values();
     let mut readers: Vec<Vec<usize>> = vec![Vec::new(); n_values];
-    for (i, node) in plan.nodes.iter().enumerate() {
+    let nodes = plan.nodes();
+    for (i, node) in nodes.iter().enumerate() {
         for &s in node.inputs.iter().flatten() {
             if readers[s].last() != Some(&i) {
                 readers[s].push(i);
@@ -474,18 +495,18 @@ pub(crate) fn find_chains(plan: &Plan) -> Vec<Chain> {
         }
     }
     let mut is_output = vec![false; n_values];
-    for &s in &plan.outputs {
+    for &s in plan.outputs() {
         is_output[s] = true;
     }
-    let is_const = |s: Slot| plan.constants[s].is_some();
+    let is_const = |s: Slot| plan.constant(s).is_some();
 
-    let mut claimed = vec![false; plan.nodes.len()];
+    let mut claimed = vec![false; nodes.len()];
     let mut chains = Vec::new();
-    for head in 0..plan.nodes.len() {
+    for head in 0..nodes.len() {
         if claimed[head] {
             continue;
         }
-        let node = &plan.nodes[head];
+        let node = &nodes[head];
         let live: Vec<Slot> = node
             .inputs
             .iter()
@@ -515,10 +536,10 @@ pub(crate) fn find_chains(plan: &Plan) -> Vec<Chain> {
             // and nothing but chain values and constants.
             let next = members
                 .iter()
-                .flat_map(|&m| readers[plan.nodes[m].outputs[0]].iter().copied())
+                .flat_map(|&m| readers[nodes[m].outputs[0]].iter().copied())
                 .filter(|&j| !claimed[j] && !members.contains(&j))
                 .filter(|&j| {
-                    plan.nodes[j]
+                    nodes[j]
                         .inputs
                         .iter()
                         .flatten()
@@ -531,12 +552,12 @@ pub(crate) fn find_chains(plan: &Plan) -> Vec<Chain> {
                 consts.truncate(mark);
                 break;
             };
-            regs.insert(plan.nodes[j].outputs[0], regs.len());
+            regs.insert(nodes[j].outputs[0], regs.len());
             members.push(j);
             steps.push(step);
             // Every output but the last is read only inside the chain.
             let closed = members[..members.len() - 1].iter().all(|&m| {
-                let s = plan.nodes[m].outputs[0];
+                let s = nodes[m].outputs[0];
                 !is_output[s] && readers[s].iter().all(|r| members.contains(r))
             });
             if closed {
@@ -562,9 +583,9 @@ pub(crate) fn find_chains(plan: &Plan) -> Vec<Chain> {
         chains.push(Chain {
             internal: members[..len - 1]
                 .iter()
-                .map(|&m| plan.nodes[m].outputs[0])
+                .map(|&m| nodes[m].outputs[0])
                 .collect(),
-            output: plan.nodes[last].outputs[0],
+            output: nodes[last].outputs[0],
             nodes: members,
             input,
             input_readers_within,

@@ -7,6 +7,7 @@
 //! affects (see the `exec` module docs).
 
 mod buffers;
+mod cpu;
 pub mod exec;
 pub mod fake_quant;
 mod fusion;

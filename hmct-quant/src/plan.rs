@@ -10,7 +10,6 @@ use hmct_proto::onnx::{GraphProto, NodeProto, ValueInfoProto};
 use hmct_tensor::{DType, Tensor, tensor_from_proto};
 
 use crate::fake_quant::FakeQuant;
-use crate::fusion::{Chain, find_chains};
 use crate::ops::{self, Attrs, Kernel, NodeSpec, OpError};
 
 /// Index of a value (tensor) in a plan.
@@ -77,6 +76,16 @@ pub struct PlanNode {
     pub(crate) op: NodeOp,
 }
 
+impl PlanNode {
+    /// The kernel this node runs, unless it is a calibration or If node.
+    pub fn kernel(&self) -> Option<&dyn Kernel> {
+        match &self.op {
+            NodeOp::Kernel(k) => Some(k.as_ref()),
+            _ => None,
+        }
+    }
+}
+
 /// A calibration node of the plan.
 #[derive(Clone, Debug)]
 pub struct PlanCalibration {
@@ -114,10 +123,6 @@ pub struct Plan {
     pub(crate) outputs: Vec<Slot>,
     pub(crate) calibrations: Vec<PlanCalibration>,
     pub(crate) calibration_index: HashMap<String, usize>,
-    /// Chains of element-wise nodes the executor may run as one pass, and for each
-    /// node the chain it starts.
-    pub(crate) chains: Vec<Chain>,
-    pub(crate) chain_at: Vec<Option<usize>>,
 }
 
 /// Options for planning.
@@ -157,260 +162,314 @@ impl Plan {
             outputs: Vec::new(),
             calibrations: Vec::new(),
             calibration_index: HashMap::new(),
-            chains: Vec::new(),
-            chain_at: Vec::new(),
         };
+        plan.add_initializers(graph, options)?;
+        plan.add_graph_inputs(graph);
+        for graph_index in 0..graph.node.len() {
+            plan.add_node(graph, graph_index, options, is_subgraph)?;
+        }
+        plan.add_graph_outputs(graph, is_subgraph)?;
+        Ok(plan)
+    }
 
+    fn add_initializers(
+        &mut self,
+        graph: &GraphProto,
+        options: &PlanOptions,
+    ) -> Result<(), PlanError> {
         for init in &graph.initializer {
             let t =
                 tensor_from_proto(init, options.base_dir).map_err(|e| PlanError::Initializer {
                     name: init.name().to_string(),
                     message: e.to_string(),
                 })?;
-            let s = plan.slot(init.name());
-            plan.constants[s] = Some(Arc::new(t));
+            let s = self.slot(init.name());
+            self.constants[s] = Some(Arc::new(t));
         }
+        Ok(())
+    }
+
+    fn add_graph_inputs(&mut self, graph: &GraphProto) {
         for vi in &graph.input {
-            if plan.value_index.contains_key(vi.name()) {
+            if self.value_index.contains_key(vi.name()) {
                 continue; // an initializer with a declared input (IR < 4): a constant
             }
-            let slot = plan.slot(vi.name());
-            plan.inputs.push(input_info(vi, slot));
+            let slot = self.slot(vi.name());
+            self.inputs.push(input_info(vi, slot));
         }
+    }
 
+    /// Plans node `graph_index` of `graph`: binds its inputs and outputs, builds its
+    /// operation, and folds it when all its inputs are constant.
+    fn add_node(
+        &mut self,
+        graph: &GraphProto,
+        graph_index: usize,
+        options: &PlanOptions,
+        is_subgraph: bool,
+    ) -> Result<(), PlanError> {
+        let node = &graph.node[graph_index];
+        let domain = normalize_domain(node.domain());
         let std_opset = options.opsets.get("").copied().unwrap_or(21);
-        for (graph_index, node) in graph.node.iter().enumerate() {
-            let domain = normalize_domain(node.domain());
-            let opset = options
-                .opsets
-                .get(domain)
-                .copied()
-                .unwrap_or(if domain.is_empty() { std_opset } else { 1 });
-            let mut inputs = Vec::with_capacity(node.input.len());
-            for name in &node.input {
-                if name.is_empty() {
-                    inputs.push(None);
-                    continue;
-                }
-                match plan.value_index.get(name.as_str()) {
-                    Some(&s)
-                        if plan.constants[s].is_some()
-                            || plan.producer[s].is_some()
-                            || plan.is_input(s) =>
-                    {
-                        inputs.push(Some(s))
-                    }
-                    _ if is_subgraph => {
-                        // Read from an enclosing scope: becomes an implicit input.
-                        let s = plan.slot(name);
-                        plan.inputs.push(InputInfo {
-                            name: name.clone(),
-                            slot: s,
-                            dtype: None,
-                            dims: None,
-                        });
-                        inputs.push(Some(s));
-                    }
-                    _ => {
-                        if graph.node[graph_index + 1..]
-                            .iter()
-                            .any(|n| n.output.contains(name))
-                        {
-                            return Err(PlanError::NotTopological(node.name().to_string()));
-                        }
-                        return Err(PlanError::Dangling {
-                            node: node.name().to_string(),
-                            value: name.clone(),
-                        });
-                    }
-                }
-            }
-            let mut outputs = Vec::with_capacity(node.output.len());
-            for name in &node.output {
-                if name.is_empty() {
-                    // Omitted optional output: give it a private slot nobody reads.
-                    let s = plan.fresh_slot(format!("{}:unused{}", node.name(), outputs.len()));
-                    outputs.push(s);
-                    continue;
-                }
-                if let Some(&s) = plan.value_index.get(name.as_str()) {
-                    let first = match plan.producer[s] {
-                        Some(p) => plan.nodes[p].name.clone(),
-                        None => "an initializer or graph input".to_string(),
-                    };
-                    return Err(PlanError::DuplicateOutput {
-                        value: name.clone(),
-                        first,
-                        second: node.name().to_string(),
-                    });
-                }
-                outputs.push(plan.slot(name));
-            }
-            let node_err = |source| PlanError::Node {
-                node: node.name().to_string(),
-                op_type: node.op_type().to_string(),
-                opset,
-                source,
-            };
+        let opset = options
+            .opsets
+            .get(domain)
+            .copied()
+            .unwrap_or(if domain.is_empty() { std_opset } else { 1 });
+        let mut inputs = self.node_inputs(graph, graph_index, is_subgraph)?;
+        let outputs = self.node_outputs(node)?;
+        let node_err = |source| PlanError::Node {
+            node: node.name().to_string(),
+            op_type: node.op_type().to_string(),
+            opset,
+            source,
+        };
 
-            if node.op_type() == hmct_ir::CALIBRATION_OP && !hmct_ir::is_calibration_node(node) {
-                return Err(PlanError::Calibration {
-                    node: node.name().to_string(),
-                    message: format!(
-                        "domain '{domain}' is neither '{}' nor empty, so this is not a calibration node",
-                        hmct_ir::CALIBRATION_DOMAIN
-                    ),
-                });
-            }
-            let op = if hmct_ir::is_calibration_node(node) {
-                let resolver = options.calibration.ok_or_else(|| PlanError::Calibration {
-                    node: node.name().to_string(),
-                    message: "calibration nodes are not allowed here".into(),
-                })?;
-                let input = match inputs.first() {
-                    Some(Some(s)) => *s,
-                    _ => {
-                        return Err(PlanError::Calibration {
-                            node: node.name().to_string(),
-                            message: "has no input".into(),
-                        });
-                    }
-                };
-                let file =
-                    resolver(graph_index, node).map_err(|message| PlanError::Calibration {
-                        node: node.name().to_string(),
-                        message,
-                    })?;
-                let index = plan.calibrations.len();
-                plan.calibration_index
-                    .insert(node.name().to_string(), index);
-                plan.calibrations.push(PlanCalibration {
-                    name: node.name().to_string(),
-                    node: plan.nodes.len(),
-                    graph_index,
-                    input,
-                    output: outputs[0],
-                    is_weight: plan.constants[input].is_some(),
-                    file,
-                });
-                NodeOp::Calibration(index)
-            } else if node.op_type() == "If" && domain.is_empty() {
-                let attrs = Attrs::new(&node.attribute);
-                let branch = |name: &str| -> Result<Box<Plan>, PlanError> {
-                    let g = attrs.graph(name).map_err(node_err)?.ok_or_else(|| {
-                        node_err(OpError::invalid(format!("missing attribute '{name}'")))
-                    })?;
-                    let sub_options = PlanOptions {
-                        opsets: options.opsets.clone(),
-                        base_dir: options.base_dir,
-                        calibration: None,
-                    };
-                    Ok(Box::new(Plan::build_inner(g, &sub_options, true)?))
-                };
-                let then_branch = branch("then_branch")?;
-                let else_branch = branch("else_branch")?;
-                // Outer-scope reads of both branches become extra inputs of the If node.
-                for sub in [&then_branch, &else_branch] {
-                    for info in &sub.inputs {
-                        let s = match plan.value_index.get(info.name.as_str()) {
-                            Some(&s) => s,
-                            None if is_subgraph => {
-                                let s = plan.slot(&info.name);
-                                plan.inputs.push(InputInfo {
-                                    name: info.name.clone(),
-                                    slot: s,
-                                    dtype: None,
-                                    dims: None,
-                                });
-                                s
-                            }
-                            None => {
-                                return Err(PlanError::Dangling {
-                                    node: node.name().to_string(),
-                                    value: info.name.clone(),
-                                });
-                            }
-                        };
-                        inputs.push(Some(s));
-                    }
-                }
-                NodeOp::If {
-                    then_branch,
-                    else_branch,
-                }
-            } else {
-                let present: Vec<bool> = node.input.iter().map(|n| !n.is_empty()).collect();
-                let consts: Vec<Option<&Tensor>> = inputs
-                    .iter()
-                    .map(|s| s.and_then(|s| plan.constants[s].as_deref()))
-                    .collect();
-                let spec = NodeSpec {
-                    name: node.name(),
-                    op_type: node.op_type(),
-                    domain,
-                    opset,
-                    attrs: Attrs::new(&node.attribute),
-                    num_inputs: node.input.len(),
-                    inputs_present: &present,
-                    num_outputs: node.output.len(),
-                    const_inputs: &consts,
-                };
-                let kernel = ops::build_kernel(&spec).map_err(node_err)?;
-                // Fold: every input constant (and at least one input, or a Constant node).
-                let all_const = consts
-                    .iter()
-                    .zip(&inputs)
-                    .all(|(c, s)| s.is_none() || c.is_some());
-                if all_const && is_foldable(node.op_type()) {
-                    let results = kernel.run(&consts).map_err(node_err)?;
-                    for (i, s) in outputs.iter().enumerate() {
-                        if let Some(t) = results.get(i) {
-                            plan.constants[*s] = Some(Arc::new(t.clone()));
-                        }
-                    }
-                    // Outputs the kernel left out stay absent; a reader then fails
-                    // at plan time as dangling.
-                    continue;
-                }
-                NodeOp::Kernel(kernel)
-            };
-            let idx = plan.nodes.len();
-            for &s in &outputs {
-                plan.producer[s] = Some(idx);
-            }
-            plan.nodes.push(PlanNode {
-                name: node.name().to_string(),
-                op_type: node.op_type().to_string(),
-                opset,
-                inputs,
-                outputs,
-                op,
+        if node.op_type() == hmct_ir::CALIBRATION_OP && !hmct_ir::is_calibration_node(node) {
+            return Err(PlanError::Calibration {
+                node: node.name().to_string(),
+                message: format!(
+                    "domain '{domain}' is neither '{}' nor empty, so this is not a calibration node",
+                    hmct_ir::CALIBRATION_DOMAIN
+                ),
             });
         }
-
-        for vi in &graph.output {
-            let s = match plan.value_index.get(vi.name()) {
-                Some(&s) => s,
-                None if is_subgraph => {
-                    let s = plan.slot(vi.name());
-                    plan.inputs.push(InputInfo {
-                        name: vi.name().to_string(),
-                        slot: s,
-                        dtype: None,
-                        dims: None,
-                    });
-                    s
+        let op = if hmct_ir::is_calibration_node(node) {
+            self.calibration_op(node, graph_index, &inputs, &outputs, options)?
+        } else if node.op_type() == "If" && domain.is_empty() {
+            self.if_op(node, &mut inputs, options, is_subgraph, &node_err)?
+        } else {
+            let present: Vec<bool> = node.input.iter().map(|n| !n.is_empty()).collect();
+            let consts: Vec<Option<&Tensor>> = inputs
+                .iter()
+                .map(|s| s.and_then(|s| self.constants[s].as_deref()))
+                .collect();
+            let spec = NodeSpec {
+                name: node.name(),
+                op_type: node.op_type(),
+                domain,
+                opset,
+                attrs: Attrs::new(&node.attribute),
+                num_inputs: node.input.len(),
+                inputs_present: &present,
+                num_outputs: node.output.len(),
+                const_inputs: &consts,
+            };
+            let kernel = ops::build_kernel(&spec).map_err(node_err)?;
+            // Fold: every input constant (and at least one input, or a Constant node).
+            let all_const = consts
+                .iter()
+                .zip(&inputs)
+                .all(|(c, s)| s.is_none() || c.is_some());
+            if all_const && is_foldable(node.op_type()) {
+                let results = kernel.run(&consts).map_err(node_err)?;
+                for (i, s) in outputs.iter().enumerate() {
+                    if let Some(t) = results.get(i) {
+                        self.constants[*s] = Some(Arc::new(t.clone()));
+                    }
                 }
+                // Outputs the kernel left out stay absent; a reader then fails at
+                // plan time as dangling.
+                return Ok(());
+            }
+            NodeOp::Kernel(kernel)
+        };
+        let idx = self.nodes.len();
+        for &s in &outputs {
+            self.producer[s] = Some(idx);
+        }
+        self.nodes.push(PlanNode {
+            name: node.name().to_string(),
+            op_type: node.op_type().to_string(),
+            opset,
+            inputs,
+            outputs,
+            op,
+        });
+        Ok(())
+    }
+
+    /// The slots node `graph_index` reads (`None` for omitted inputs). In a subgraph, a
+    /// name no earlier node, initializer or input gives is read from an enclosing scope.
+    fn node_inputs(
+        &mut self,
+        graph: &GraphProto,
+        graph_index: usize,
+        is_subgraph: bool,
+    ) -> Result<Vec<Option<Slot>>, PlanError> {
+        let node = &graph.node[graph_index];
+        let mut inputs = Vec::with_capacity(node.input.len());
+        for name in &node.input {
+            if name.is_empty() {
+                inputs.push(None);
+                continue;
+            }
+            match self.value_index.get(name.as_str()) {
+                Some(&s)
+                    if self.constants[s].is_some()
+                        || self.producer[s].is_some()
+                        || self.is_input(s) =>
+                {
+                    inputs.push(Some(s))
+                }
+                _ if is_subgraph => inputs.push(Some(self.outer_input(name))),
+                _ => {
+                    if graph.node[graph_index + 1..]
+                        .iter()
+                        .any(|n| n.output.contains(name))
+                    {
+                        return Err(PlanError::NotTopological(node.name().to_string()));
+                    }
+                    return Err(PlanError::Dangling {
+                        node: node.name().to_string(),
+                        value: name.clone(),
+                    });
+                }
+            }
+        }
+        Ok(inputs)
+    }
+
+    /// New slots for the values `node` writes; an omitted optional output gets a
+    /// private slot nobody reads.
+    fn node_outputs(&mut self, node: &NodeProto) -> Result<Vec<Slot>, PlanError> {
+        let mut outputs = Vec::with_capacity(node.output.len());
+        for name in &node.output {
+            if name.is_empty() {
+                let s = self.fresh_slot(format!("{}:unused{}", node.name(), outputs.len()));
+                outputs.push(s);
+                continue;
+            }
+            if let Some(&s) = self.value_index.get(name.as_str()) {
+                let first = match self.producer[s] {
+                    Some(p) => self.nodes[p].name.clone(),
+                    None => "an initializer or graph input".to_string(),
+                };
+                return Err(PlanError::DuplicateOutput {
+                    value: name.clone(),
+                    first,
+                    second: node.name().to_string(),
+                });
+            }
+            outputs.push(self.slot(name));
+        }
+        Ok(outputs)
+    }
+
+    /// A calibration node: its setting from the resolver, registered in
+    /// `calibrations`.
+    fn calibration_op(
+        &mut self,
+        node: &NodeProto,
+        graph_index: usize,
+        inputs: &[Option<Slot>],
+        outputs: &[Slot],
+        options: &PlanOptions,
+    ) -> Result<NodeOp, PlanError> {
+        let resolver = options.calibration.ok_or_else(|| PlanError::Calibration {
+            node: node.name().to_string(),
+            message: "calibration nodes are not allowed here".into(),
+        })?;
+        let input = match inputs.first() {
+            Some(Some(s)) => *s,
+            _ => {
+                return Err(PlanError::Calibration {
+                    node: node.name().to_string(),
+                    message: "has no input".into(),
+                });
+            }
+        };
+        let file = resolver(graph_index, node).map_err(|message| PlanError::Calibration {
+            node: node.name().to_string(),
+            message,
+        })?;
+        let index = self.calibrations.len();
+        self.calibration_index
+            .insert(node.name().to_string(), index);
+        self.calibrations.push(PlanCalibration {
+            name: node.name().to_string(),
+            node: self.nodes.len(),
+            graph_index,
+            input,
+            output: outputs[0],
+            is_weight: self.constants[input].is_some(),
+            file,
+        });
+        Ok(NodeOp::Calibration(index))
+    }
+
+    /// An If node: both branches planned as subgraphs, and the outer values they read
+    /// appended to `inputs` (then-branch's first).
+    fn if_op(
+        &mut self,
+        node: &NodeProto,
+        inputs: &mut Vec<Option<Slot>>,
+        options: &PlanOptions,
+        is_subgraph: bool,
+        node_err: &dyn Fn(OpError) -> PlanError,
+    ) -> Result<NodeOp, PlanError> {
+        let attrs = Attrs::new(&node.attribute);
+        let branch = |name: &str| -> Result<Box<Plan>, PlanError> {
+            let g = attrs
+                .graph(name)
+                .map_err(node_err)?
+                .ok_or_else(|| node_err(OpError::invalid(format!("missing attribute '{name}'"))))?;
+            let sub_options = PlanOptions {
+                opsets: options.opsets.clone(),
+                base_dir: options.base_dir,
+                calibration: None,
+            };
+            Ok(Box::new(Plan::build_inner(g, &sub_options, true)?))
+        };
+        let then_branch = branch("then_branch")?;
+        let else_branch = branch("else_branch")?;
+        for sub in [&then_branch, &else_branch] {
+            for info in &sub.inputs {
+                let s = match self.value_index.get(info.name.as_str()) {
+                    Some(&s) => s,
+                    None if is_subgraph => self.outer_input(&info.name),
+                    None => {
+                        return Err(PlanError::Dangling {
+                            node: node.name().to_string(),
+                            value: info.name.clone(),
+                        });
+                    }
+                };
+                inputs.push(Some(s));
+            }
+        }
+        Ok(NodeOp::If {
+            then_branch,
+            else_branch,
+        })
+    }
+
+    fn add_graph_outputs(
+        &mut self,
+        graph: &GraphProto,
+        is_subgraph: bool,
+    ) -> Result<(), PlanError> {
+        for vi in &graph.output {
+            let s = match self.value_index.get(vi.name()) {
+                Some(&s) => s,
+                None if is_subgraph => self.outer_input(vi.name()),
                 None => return Err(PlanError::MissingOutput(vi.name().to_string())),
             };
-            plan.outputs.push(s);
+            self.outputs.push(s);
         }
-        plan.chains = find_chains(&plan);
-        plan.chain_at = vec![None; plan.nodes.len()];
-        for (c, chain) in plan.chains.iter().enumerate() {
-            plan.chain_at[chain.nodes[0]] = Some(c);
-        }
-        Ok(plan)
+        Ok(())
+    }
+
+    /// A subgraph's read of `name` from an enclosing scope: an extra input.
+    fn outer_input(&mut self, name: &str) -> Slot {
+        let s = self.slot(name);
+        self.inputs.push(InputInfo {
+            name: name.to_string(),
+            slot: s,
+            dtype: None,
+            dims: None,
+        });
+        s
     }
 
     fn slot(&mut self, name: &str) -> Slot {
@@ -512,13 +571,6 @@ impl Plan {
         } else {
             self.producer[slot]
         }
-    }
-
-    /// The nodes of the element-wise chain node `node` starts, when it starts one: the
-    /// executor may run them as one pass (see the `fusion` module).
-    pub fn fused_chain(&self, node: usize) -> Option<&[usize]> {
-        let c = (*self.chain_at.get(node)?)?;
-        Some(&self.chains[c].nodes)
     }
 }
 

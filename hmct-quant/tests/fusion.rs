@@ -159,10 +159,7 @@ fn fused_chains_match_node_by_node_bit_for_bit() {
                 assert_eq!(bits(a), bits(b), "{shape:?}, {threads} threads, output {k}");
             }
             let plan = s.plan();
-            let chain_len = |n: &str| {
-                plan.fused_chain(plan.node_index(n).unwrap())
-                    .map(<[_]>::len)
-            };
+            let chain_len = |n: &str| s.fused_chain(plan.node_index(n).unwrap()).map(<[_]>::len);
             assert_eq!(chain_len("bn"), Some(5));
             assert_eq!(chain_len("scale_mul"), Some(9));
             assert_eq!(chain_len("mul_w"), Some(2));

@@ -19,11 +19,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail, ensure};
+use hmct_benches::{int, ints};
 use hmct_proto::Message;
 use hmct_proto::onnx::{
-    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
-    TensorShapeProto, TypeProto, ValueInfoProto, attribute_proto::AttributeType,
-    tensor_shape_proto, type_proto,
+    GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto,
+    TypeProto, ValueInfoProto, tensor_shape_proto, type_proto,
 };
 
 /// Arguments of `cargo xtask example`.
@@ -220,24 +220,6 @@ fn tensor(name: &str, dims: &[usize], data: Vec<f32>) -> TensorProto {
         dims: dims.iter().map(|&d| d as i64).collect(),
         data_type: Some(1),
         raw_data: Some(data.iter().flat_map(|v| v.to_le_bytes()).collect()),
-        ..Default::default()
-    }
-}
-
-fn ints(name: &str, v: &[i64]) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        r#type: Some(AttributeType::Ints as i32),
-        ints: v.to_vec(),
-        ..Default::default()
-    }
-}
-
-fn int(name: &str, v: i64) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        r#type: Some(AttributeType::Int as i32),
-        i: Some(v),
         ..Default::default()
     }
 }

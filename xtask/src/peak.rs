@@ -117,41 +117,47 @@ mod x86 {
     /// run lengths used).
     static AB: [f32; 2] = [1.0e-7, 0.999];
 
-    #[target_feature(enable = "avx512f")]
-    unsafe fn fma512_inner(iters: u64) {
-        // SAFETY: reads AB; every register written is declared.
-        unsafe {
+    /// The loop every vector kernel runs: broadcast the two inputs into `$a` and `$b`,
+    /// zero the accumulators, then per iteration `$op acc, $a, $b` into each
+    /// accumulator in turn, `$iters` times. Reads `AB`; every register written is
+    /// declared. `zmm` stands for the AVX-512 registers: inputs in zmm30 and zmm31,
+    /// 16 accumulators.
+    macro_rules! register_loop {
+        ($iters:expr, $op:literal, zmm) => {
+            register_loop!(
+                $iters,
+                $op,
+                "zmm30",
+                "zmm31",
+                [
+                    "zmm0", "zmm1", "zmm2", "zmm3", "zmm4", "zmm5", "zmm6", "zmm7", "zmm8", "zmm9",
+                    "zmm10", "zmm11", "zmm12", "zmm13", "zmm14", "zmm15",
+                ]
+            )
+        };
+        ($iters:expr, $op:literal, $a:tt, $b:tt, [$($acc:tt),+ $(,)?]) => {
             asm!(
-                "vbroadcastss zmm30, dword ptr [{p}]",
-                "vbroadcastss zmm31, dword ptr [{p} + 4]",
-                "vxorps zmm0, zmm0, zmm0", "vxorps zmm1, zmm1, zmm1",
-                "vxorps zmm2, zmm2, zmm2", "vxorps zmm3, zmm3, zmm3",
-                "vxorps zmm4, zmm4, zmm4", "vxorps zmm5, zmm5, zmm5",
-                "vxorps zmm6, zmm6, zmm6", "vxorps zmm7, zmm7, zmm7",
-                "vxorps zmm8, zmm8, zmm8", "vxorps zmm9, zmm9, zmm9",
-                "vxorps zmm10, zmm10, zmm10", "vxorps zmm11, zmm11, zmm11",
-                "vxorps zmm12, zmm12, zmm12", "vxorps zmm13, zmm13, zmm13",
-                "vxorps zmm14, zmm14, zmm14", "vxorps zmm15, zmm15, zmm15",
+                concat!("vbroadcastss ", $a, ", dword ptr [{p}]"),
+                concat!("vbroadcastss ", $b, ", dword ptr [{p} + 4]"),
+                $(concat!("vxorps ", $acc, ", ", $acc, ", ", $acc),)+
                 "2:",
-                "vfmadd231ps zmm0, zmm30, zmm31", "vfmadd231ps zmm1, zmm30, zmm31",
-                "vfmadd231ps zmm2, zmm30, zmm31", "vfmadd231ps zmm3, zmm30, zmm31",
-                "vfmadd231ps zmm4, zmm30, zmm31", "vfmadd231ps zmm5, zmm30, zmm31",
-                "vfmadd231ps zmm6, zmm30, zmm31", "vfmadd231ps zmm7, zmm30, zmm31",
-                "vfmadd231ps zmm8, zmm30, zmm31", "vfmadd231ps zmm9, zmm30, zmm31",
-                "vfmadd231ps zmm10, zmm30, zmm31", "vfmadd231ps zmm11, zmm30, zmm31",
-                "vfmadd231ps zmm12, zmm30, zmm31", "vfmadd231ps zmm13, zmm30, zmm31",
-                "vfmadd231ps zmm14, zmm30, zmm31", "vfmadd231ps zmm15, zmm30, zmm31",
+                $(concat!($op, " ", $acc, ", ", $a, ", ", $b),)+
                 "dec {n}",
                 "jnz 2b",
                 p = in(reg) AB.as_ptr(),
-                n = inout(reg) iters => _,
-                out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
-                out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
-                out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
-                out("zmm12") _, out("zmm13") _, out("zmm14") _, out("zmm15") _,
-                out("zmm30") _, out("zmm31") _,
+                n = inout(reg) $iters => _,
+                $(out($acc) _,)+
+                out($a) _, out($b) _,
                 options(nostack, readonly),
-            );
+            )
+        };
+    }
+
+    #[target_feature(enable = "avx512f")]
+    unsafe fn fma512_inner(iters: u64) {
+        // SAFETY: see `register_loop`.
+        unsafe {
+            register_loop!(iters, "vfmadd231ps", zmm);
         }
     }
 
@@ -163,33 +169,17 @@ mod x86 {
 
     #[target_feature(enable = "avx2,fma")]
     unsafe fn fma256_inner(iters: u64) {
-        // SAFETY: as fma512_inner.
+        // SAFETY: see `register_loop`.
         unsafe {
-            asm!(
-                "vbroadcastss ymm14, dword ptr [{p}]",
-                "vbroadcastss ymm15, dword ptr [{p} + 4]",
-                "vxorps ymm0, ymm0, ymm0", "vxorps ymm1, ymm1, ymm1",
-                "vxorps ymm2, ymm2, ymm2", "vxorps ymm3, ymm3, ymm3",
-                "vxorps ymm4, ymm4, ymm4", "vxorps ymm5, ymm5, ymm5",
-                "vxorps ymm6, ymm6, ymm6", "vxorps ymm7, ymm7, ymm7",
-                "vxorps ymm8, ymm8, ymm8", "vxorps ymm9, ymm9, ymm9",
-                "vxorps ymm10, ymm10, ymm10", "vxorps ymm11, ymm11, ymm11",
-                "2:",
-                "vfmadd231ps ymm0, ymm14, ymm15", "vfmadd231ps ymm1, ymm14, ymm15",
-                "vfmadd231ps ymm2, ymm14, ymm15", "vfmadd231ps ymm3, ymm14, ymm15",
-                "vfmadd231ps ymm4, ymm14, ymm15", "vfmadd231ps ymm5, ymm14, ymm15",
-                "vfmadd231ps ymm6, ymm14, ymm15", "vfmadd231ps ymm7, ymm14, ymm15",
-                "vfmadd231ps ymm8, ymm14, ymm15", "vfmadd231ps ymm9, ymm14, ymm15",
-                "vfmadd231ps ymm10, ymm14, ymm15", "vfmadd231ps ymm11, ymm14, ymm15",
-                "dec {n}",
-                "jnz 2b",
-                p = in(reg) AB.as_ptr(),
-                n = inout(reg) iters => _,
-                out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _,
-                out("ymm4") _, out("ymm5") _, out("ymm6") _, out("ymm7") _,
-                out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
-                out("ymm14") _, out("ymm15") _,
-                options(nostack, readonly),
+            register_loop!(
+                iters,
+                "vfmadd231ps",
+                "ymm14",
+                "ymm15",
+                [
+                    "ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5", "ymm6", "ymm7", "ymm8", "ymm9",
+                    "ymm10", "ymm11",
+                ]
             );
         }
     }
@@ -202,40 +192,10 @@ mod x86 {
 
     #[target_feature(enable = "avx512f,avx512bf16")]
     unsafe fn dpbf16_inner(iters: u64) {
-        // SAFETY: as fma512_inner. The broadcast f32 bit patterns read as pairs of
-        // bf16 values; which values does not change the timing (no denormals).
+        // SAFETY: see `register_loop`. The broadcast f32 bit patterns read as pairs
+        // of bf16 values; which values does not change the timing (no denormals).
         unsafe {
-            asm!(
-                "vbroadcastss zmm30, dword ptr [{p}]",
-                "vbroadcastss zmm31, dword ptr [{p} + 4]",
-                "vxorps zmm0, zmm0, zmm0", "vxorps zmm1, zmm1, zmm1",
-                "vxorps zmm2, zmm2, zmm2", "vxorps zmm3, zmm3, zmm3",
-                "vxorps zmm4, zmm4, zmm4", "vxorps zmm5, zmm5, zmm5",
-                "vxorps zmm6, zmm6, zmm6", "vxorps zmm7, zmm7, zmm7",
-                "vxorps zmm8, zmm8, zmm8", "vxorps zmm9, zmm9, zmm9",
-                "vxorps zmm10, zmm10, zmm10", "vxorps zmm11, zmm11, zmm11",
-                "vxorps zmm12, zmm12, zmm12", "vxorps zmm13, zmm13, zmm13",
-                "vxorps zmm14, zmm14, zmm14", "vxorps zmm15, zmm15, zmm15",
-                "2:",
-                "vdpbf16ps zmm0, zmm30, zmm31", "vdpbf16ps zmm1, zmm30, zmm31",
-                "vdpbf16ps zmm2, zmm30, zmm31", "vdpbf16ps zmm3, zmm30, zmm31",
-                "vdpbf16ps zmm4, zmm30, zmm31", "vdpbf16ps zmm5, zmm30, zmm31",
-                "vdpbf16ps zmm6, zmm30, zmm31", "vdpbf16ps zmm7, zmm30, zmm31",
-                "vdpbf16ps zmm8, zmm30, zmm31", "vdpbf16ps zmm9, zmm30, zmm31",
-                "vdpbf16ps zmm10, zmm30, zmm31", "vdpbf16ps zmm11, zmm30, zmm31",
-                "vdpbf16ps zmm12, zmm30, zmm31", "vdpbf16ps zmm13, zmm30, zmm31",
-                "vdpbf16ps zmm14, zmm30, zmm31", "vdpbf16ps zmm15, zmm30, zmm31",
-                "dec {n}",
-                "jnz 2b",
-                p = in(reg) AB.as_ptr(),
-                n = inout(reg) iters => _,
-                out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
-                out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
-                out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
-                out("zmm12") _, out("zmm13") _, out("zmm14") _, out("zmm15") _,
-                out("zmm30") _, out("zmm31") _,
-                options(nostack, readonly),
-            );
+            register_loop!(iters, "vdpbf16ps", zmm);
         }
     }
 

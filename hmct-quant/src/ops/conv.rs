@@ -10,14 +10,15 @@
 //! the thread count. ConvTranspose is a GEMM into columns followed by col2im.
 
 use std::any::TypeId;
-use std::borrow::Cow;
 
-use hmct_tensor::ndarray::{ArrayD, IxDyn};
+use hmct_tensor::ndarray::ArrayD;
 use hmct_tensor::{Tensor, f16};
 use rayon::prelude::*;
 
-use super::matmul::gemm_util::{self as gu, MatRef, Scalar, SendPtr};
-use super::{Kernel, NodeSpec, OpError, input};
+use super::arrays::{array, contiguous};
+use super::gemm_util::{self as gu, MatRef, Scalar, SendPtr};
+use super::window::{AutoPad, Win3, Window, WindowAttrs};
+use super::{Kernel, NodeSpec, OpError, input, opt_input};
 
 pub(crate) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>> {
     let k: Result<Box<dyn Kernel>, OpError> = match spec.op_type {
@@ -27,257 +28,6 @@ pub(crate) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>>
         _ => return None,
     };
     Some(k)
-}
-
-/// `auto_pad` of Conv, ConvTranspose and the pools.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum AutoPad {
-    NotSet,
-    SameUpper,
-    SameLower,
-    Valid,
-}
-
-/// Window attributes shared by Conv and the pools, checked at build time.
-#[derive(Clone, Debug)]
-pub(crate) struct WindowAttrs {
-    pub auto_pad: AutoPad,
-    pub kernel_shape: Option<Vec<usize>>,
-    pub strides: Option<Vec<usize>>,
-    pub dilations: Option<Vec<usize>>,
-    /// `[begin_0, .., begin_n, end_0, .., end_n]`.
-    pub pads: Option<Vec<usize>>,
-}
-
-fn positive_list(spec: &NodeSpec, name: &str) -> Result<Option<Vec<usize>>, OpError> {
-    match spec.attrs.ints(name)? {
-        None => Ok(None),
-        Some(v) => {
-            if v.iter().any(|&x| x < 1) {
-                return Err(OpError::invalid(format!(
-                    "{name} must be positive, got {v:?}"
-                )));
-            }
-            Ok(Some(v.into_iter().map(|x| x as usize).collect()))
-        }
-    }
-}
-
-impl WindowAttrs {
-    pub fn parse(spec: &NodeSpec) -> Result<Self, OpError> {
-        let auto_pad = match spec.attrs.string_or("auto_pad", "NOTSET")?.as_str() {
-            "NOTSET" | "" => AutoPad::NotSet,
-            "SAME_UPPER" => AutoPad::SameUpper,
-            "SAME_LOWER" => AutoPad::SameLower,
-            "VALID" => AutoPad::Valid,
-            other => return Err(OpError::invalid(format!("auto_pad '{other}'"))),
-        };
-        let pads = match spec.attrs.ints("pads")? {
-            None => None,
-            Some(p) => {
-                if p.iter().any(|&x| x < 0) {
-                    return Err(OpError::unsupported(format!("negative pads {p:?}")));
-                }
-                if p.len() % 2 != 0 {
-                    return Err(OpError::invalid(format!("pads {p:?} has odd length")));
-                }
-                Some(p.into_iter().map(|x| x as usize).collect())
-            }
-        };
-        Ok(WindowAttrs {
-            auto_pad,
-            kernel_shape: positive_list(spec, "kernel_shape")?,
-            strides: positive_list(spec, "strides")?,
-            dilations: positive_list(spec, "dilations")?,
-            pads,
-        })
-    }
-
-    fn per_dim(
-        v: &Option<Vec<usize>>,
-        n: usize,
-        name: &str,
-        default: usize,
-    ) -> Result<Vec<usize>, OpError> {
-        match v {
-            None => Ok(vec![default; n]),
-            Some(v) if v.len() == n => Ok(v.clone()),
-            Some(v) => Err(OpError::invalid(format!(
-                "{name} {v:?} does not have {n} values"
-            ))),
-        }
-    }
-
-    /// Resolves the window over `input` spatial dims for a kernel of `kernel` dims.
-    /// `ceil_mode` rounds the output size up (pools), dropping a last window that
-    /// would start inside the end padding.
-    pub fn resolve(
-        &self,
-        input: &[usize],
-        kernel: &[usize],
-        ceil_mode: bool,
-    ) -> Result<Window, OpError> {
-        let n = input.len();
-        if kernel.len() != n {
-            return Err(OpError::invalid(format!(
-                "kernel {kernel:?} does not match input dims {input:?}"
-            )));
-        }
-        let stride = Self::per_dim(&self.strides, n, "strides", 1)?;
-        let dil = Self::per_dim(&self.dilations, n, "dilations", 1)?;
-        let mut pad_begin = vec![0; n];
-        let mut pad_end = vec![0; n];
-        let mut out = vec![0; n];
-        for i in 0..n {
-            let eff = (kernel[i] - 1) * dil[i] + 1;
-            match self.auto_pad {
-                AutoPad::SameUpper | AutoPad::SameLower => {
-                    out[i] = input[i].div_ceil(stride[i]);
-                    let total = ((out[i].max(1) - 1) * stride[i] + eff).saturating_sub(input[i]);
-                    let small = total / 2;
-                    if self.auto_pad == AutoPad::SameUpper {
-                        (pad_begin[i], pad_end[i]) = (small, total - small);
-                    } else {
-                        (pad_begin[i], pad_end[i]) = (total - small, small);
-                    }
-                    continue;
-                }
-                AutoPad::Valid => {}
-                AutoPad::NotSet => {
-                    if let Some(p) = &self.pads {
-                        if p.len() != 2 * n {
-                            return Err(OpError::invalid(format!(
-                                "pads {p:?} do not have {} values",
-                                2 * n
-                            )));
-                        }
-                        pad_begin[i] = p[i];
-                        pad_end[i] = p[i + n];
-                    }
-                }
-            }
-            let span = input[i] + pad_begin[i] + pad_end[i];
-            if span < eff {
-                return Err(OpError::invalid(format!(
-                    "window {eff} larger than padded input {span} on spatial axis {i}"
-                )));
-            }
-            let o = if ceil_mode {
-                let mut o = (span - eff).div_ceil(stride[i]) + 1;
-                if (o - 1) * stride[i] >= input[i] + pad_begin[i] {
-                    o -= 1;
-                }
-                o
-            } else {
-                (span - eff) / stride[i] + 1
-            };
-            out[i] = o;
-        }
-        Ok(Window {
-            kernel: kernel.to_vec(),
-            stride,
-            dil,
-            pad_begin,
-            pad_end,
-            out,
-        })
-    }
-}
-
-/// A resolved sliding window over `n` spatial dims.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Window {
-    pub kernel: Vec<usize>,
-    pub stride: Vec<usize>,
-    pub dil: Vec<usize>,
-    pub pad_begin: Vec<usize>,
-    pub pad_end: Vec<usize>,
-    pub out: Vec<usize>,
-}
-
-/// A window over exactly three spatial dims (1-D and 2-D padded with leading 1s), which
-/// lets one loop nest serve every rank.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Win3 {
-    pub input: [usize; 3],
-    pub out: [usize; 3],
-    pub kernel: [usize; 3],
-    pub stride: [usize; 3],
-    pub dil: [usize; 3],
-    pub pad: [isize; 3],
-}
-
-impl Win3 {
-    pub fn new(input: &[usize], w: &Window) -> Result<Win3, OpError> {
-        let n = input.len();
-        if n == 0 || n > 3 {
-            return Err(OpError::unsupported(format!(
-                "{n} spatial dimensions (1 to 3 are implemented)"
-            )));
-        }
-        let lift = |v: &[usize], fill: usize| {
-            let mut a = [fill; 3];
-            a[3 - n..].copy_from_slice(v);
-            a
-        };
-        let pb = lift(&w.pad_begin, 0);
-        Ok(Win3 {
-            input: lift(input, 1),
-            out: lift(&w.out, 1),
-            kernel: lift(&w.kernel, 1),
-            stride: lift(&w.stride, 1),
-            dil: lift(&w.dil, 1),
-            pad: [pb[0] as isize, pb[1] as isize, pb[2] as isize],
-        })
-    }
-    pub fn in_vol(&self) -> usize {
-        self.input.iter().product()
-    }
-    pub fn out_vol(&self) -> usize {
-        self.out.iter().product()
-    }
-    pub fn k_vol(&self) -> usize {
-        self.kernel.iter().product()
-    }
-    /// Input coordinate on axis `a` for output `o` and kernel tap `k`, if inside.
-    #[inline]
-    pub fn src(&self, a: usize, o: usize, k: usize) -> Option<usize> {
-        let i = (o * self.stride[a] + k * self.dil[a]) as isize - self.pad[a];
-        (i >= 0 && (i as usize) < self.input[a]).then_some(i as usize)
-    }
-    /// The output range `[lo, hi)` along the last axis whose source for tap `k` lies
-    /// inside the input, and the source offset `ow * stride + off`.
-    #[inline]
-    pub fn inner_range(&self, k: usize) -> (usize, usize, isize) {
-        let s = self.stride[2] as isize;
-        let off = (k * self.dil[2]) as isize - self.pad[2];
-        let lo = if off >= 0 { 0 } else { ((-off) + s - 1) / s };
-        let w = self.input[2] as isize;
-        let hi = if w - off > 0 {
-            (w - off + s - 1) / s
-        } else {
-            0
-        };
-        let hi = hi.min(self.out[2] as isize).max(0);
-        let lo = lo.min(hi);
-        (lo as usize, hi as usize, off)
-    }
-}
-
-/// Contiguous data of an array (a copy only for non-standard layouts).
-pub(crate) fn contiguous<T: Clone>(a: &ArrayD<T>) -> Cow<'_, [T]> {
-    match a.as_slice() {
-        Some(s) => Cow::Borrowed(s),
-        None => Cow::Owned(a.iter().cloned().collect()),
-    }
-}
-
-fn opt_input<'t>(inputs: &[Option<&'t Tensor>], i: usize) -> Option<&'t Tensor> {
-    inputs.get(i).copied().flatten()
-}
-
-fn shaped<T>(shape: Vec<usize>, data: Vec<T>) -> Result<ArrayD<T>, OpError> {
-    ArrayD::from_shape_vec(IxDyn(&shape), data).map_err(|e| OpError::invalid(e.to_string()))
 }
 
 struct ConvKernel {
@@ -377,7 +127,7 @@ impl ConvKernel {
             None,
         )?;
         let y: Vec<i32> = y.into_iter().map(|v| v as i32).collect();
-        Ok(vec![Tensor::I32(shaped(shape, y)?)])
+        Ok(vec![Tensor::I32(array(&shape, y)?)])
     }
 }
 
@@ -406,7 +156,7 @@ impl Kernel for ConvKernel {
                     self.group,
                     Some(&self.weights),
                 )?;
-                Ok(vec![Tensor::F32(shaped(s, y)?)])
+                Ok(vec![Tensor::F32(array(&s, y)?)])
             }
             (Tensor::F64(xa), Tensor::F64(wa)) => {
                 let bias = match b {
@@ -424,7 +174,7 @@ impl Kernel for ConvKernel {
                     self.group,
                     None,
                 )?;
-                Ok(vec![Tensor::F64(shaped(s, y)?)])
+                Ok(vec![Tensor::F64(array(&s, y)?)])
             }
             (Tensor::F16(xa), Tensor::F16(wa)) => {
                 let up = |a: &ArrayD<f16>| a.iter().map(|v| v.to_f32()).collect::<Vec<f32>>();
@@ -443,8 +193,8 @@ impl Kernel for ConvKernel {
                     self.group,
                     None,
                 )?;
-                Ok(vec![Tensor::F16(shaped(
-                    s,
+                Ok(vec![Tensor::F16(array(
+                    &s,
                     y.into_iter().map(f16::from_f32).collect(),
                 )?)])
             }
@@ -544,7 +294,7 @@ pub(crate) fn conv_nd<T: Scalar>(
     }
     if let (Some(xf), Some(wf)) = (f32_slice(x), f32_slice(w))
         && super::conv_direct::fits(&g3, cg)
-        && let Some(isa) = super::conv_direct::best_isa()
+        && let Some(isa) = crate::cpu::conv_isa()
     {
         let mut y = crate::buffers::take::<T>(n * m * out_vol);
         let bf = bias.and_then(f32_slice);
@@ -1347,7 +1097,7 @@ impl Kernel for ConvTransposeKernel {
                     wa.shape(),
                     bias.as_deref(),
                 )?;
-                Ok(vec![Tensor::F32(shaped(s, y)?)])
+                Ok(vec![Tensor::F32(array(&s, y)?)])
             }
             (Tensor::F64(xa), Tensor::F64(wa)) => {
                 let bias = match b {
@@ -1362,7 +1112,7 @@ impl Kernel for ConvTransposeKernel {
                     wa.shape(),
                     bias.as_deref(),
                 )?;
-                Ok(vec![Tensor::F64(shaped(s, y)?)])
+                Ok(vec![Tensor::F64(array(&s, y)?)])
             }
             _ => Err(OpError::unsupported(format!(
                 "ConvTranspose on {} input and {} weight",

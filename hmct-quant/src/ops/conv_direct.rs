@@ -22,8 +22,10 @@
 
 use rayon::prelude::*;
 
-use super::conv::Win3;
-use super::matmul::gemm_util::{Scalar, SendPtr};
+use super::gemm_util::{Scalar, SendPtr};
+pub(crate) use crate::cpu::Isa;
+
+use super::window::Win3;
 
 /// Output channels and positions of one register tile, per instruction set.
 const MR_AVX2: usize = 6;
@@ -51,13 +53,6 @@ const SERIAL_WORK: usize = 1 << 20;
 /// per-thread scratch that buffer leaves behind.
 const WIDE_SUMS: usize = 1 << 16;
 
-/// The instruction sets the direct kernel is written for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Isa {
-    Avx2Fma,
-    Avx512,
-}
-
 impl Isa {
     /// Output channels and positions of one register tile.
     fn tile(self) -> (usize, usize) {
@@ -65,43 +60,6 @@ impl Isa {
             Isa::Avx2Fma => (MR_AVX2, NR_AVX2),
             Isa::Avx512 => (MR_AVX512, NR_AVX512),
         }
-    }
-}
-
-/// The instruction set the direct kernel uses: the widest this CPU has, or the one
-/// named by the environment variable `HMCT_CONV_ISA` (`avx2` or `avx512`) when the CPU
-/// has it, so the two can be timed against each other on one machine. Both give the
-/// same bits.
-pub(crate) fn best_isa() -> Option<Isa> {
-    static CHOSEN: std::sync::OnceLock<Option<Isa>> = std::sync::OnceLock::new();
-    *CHOSEN.get_or_init(|| {
-        let requested = match std::env::var("HMCT_CONV_ISA").as_deref() {
-            Ok("avx2") => Some(Isa::Avx2Fma),
-            Ok("avx512") => Some(Isa::Avx512),
-            _ => None,
-        };
-        match requested {
-            Some(isa) if supports(isa) => Some(isa),
-            _ => [Isa::Avx512, Isa::Avx2Fma]
-                .into_iter()
-                .find(|&isa| supports(isa)),
-        }
-    })
-}
-
-/// Whether this CPU runs `isa`.
-fn supports(isa: Isa) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        match isa {
-            Isa::Avx2Fma => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
-            Isa::Avx512 => is_x86_feature_detected!("avx512f"),
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = isa;
-        false
     }
 }
 
@@ -236,7 +194,7 @@ impl Layout {
 }
 
 /// `y = conv(x, w) + bias` for f32 NCHW data; `y` is written in full. The caller checks
-/// that the CPU has `isa` (e.g. from [`best_isa`]) and [`fits`].
+/// that the CPU has `isa` (e.g. from [`crate::cpu::conv_isa`]) and [`fits`].
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn conv(
     isa: Isa,
@@ -882,7 +840,7 @@ pub(crate) mod tests {
     /// lines, phase-split strides, dilation, groups and batches.
     #[test]
     fn instruction_sets_give_the_same_bits() {
-        if !supports(Isa::Avx512) || !supports(Isa::Avx2Fma) {
+        if !Isa::Avx512.supported() || !Isa::Avx2Fma.supported() {
             eprintln!("skipped: this CPU lacks AVX-512 or AVX2+FMA");
             return;
         }

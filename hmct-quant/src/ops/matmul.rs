@@ -1,16 +1,13 @@
 //! MatMul, Gemm, MatMulInteger and Einsum on the shared GEMM (`gemm_util`).
 
-#[path = "gemm_util.rs"]
-pub(crate) mod gemm_util;
-
 use std::collections::BTreeMap;
 
-use hmct_tensor::ndarray::{ArrayD, ArrayViewD, IxDyn};
+use hmct_tensor::ndarray::ArrayD;
 use hmct_tensor::{Tensor, bf16, f16};
 use rayon::prelude::*;
 
-use self::gemm_util::{self as gu, MatRef, Scalar};
-use super::conv::contiguous;
+use super::arrays::{array, contiguous, permute_data};
+use super::gemm_util::{self as gu, MatRef, Scalar};
 use super::{Kernel, NodeSpec, OpError, broadcast_shapes, input};
 
 pub(crate) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>> {
@@ -24,10 +21,6 @@ pub(crate) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>>
         _ => return None,
     };
     Some(k)
-}
-
-fn shaped<T>(shape: Vec<usize>, data: Vec<T>) -> Result<ArrayD<T>, OpError> {
-    ArrayD::from_shape_vec(IxDyn(&shape), data).map_err(|e| OpError::invalid(e.to_string()))
 }
 
 /// Row-major strides of `shape`.
@@ -261,7 +254,7 @@ fn matmul_int<T: Copy + Into<i128>>(
             }
         }
     }
-    shaped(shape, out)
+    array(&shape, out)
 }
 
 /// MatMul of two tensors of the same type.
@@ -269,21 +262,21 @@ pub(crate) fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor, OpError> {
     Ok(match (a, b) {
         (Tensor::F32(x), Tensor::F32(y)) => {
             let (v, s) = matmul_nd(&contiguous(x), x.shape(), &contiguous(y), y.shape())?;
-            Tensor::F32(shaped(s, v)?)
+            Tensor::F32(array(&s, v)?)
         }
         (Tensor::F64(x), Tensor::F64(y)) => {
             let (v, s) = matmul_nd(&contiguous(x), x.shape(), &contiguous(y), y.shape())?;
-            Tensor::F64(shaped(s, v)?)
+            Tensor::F64(array(&s, v)?)
         }
         (Tensor::F16(x), Tensor::F16(y)) => {
             let up = |a: &ArrayD<f16>| a.iter().map(|v| v.to_f32()).collect::<Vec<f32>>();
             let (v, s) = matmul_nd(&up(x), x.shape(), &up(y), y.shape())?;
-            Tensor::F16(shaped(s, v.into_iter().map(f16::from_f32).collect())?)
+            Tensor::F16(array(&s, v.into_iter().map(f16::from_f32).collect())?)
         }
         (Tensor::BF16(x), Tensor::BF16(y)) => {
             let up = |a: &ArrayD<bf16>| a.iter().map(|v| v.to_f32()).collect::<Vec<f32>>();
             let (v, s) = matmul_nd(&up(x), x.shape(), &up(y), y.shape())?;
-            Tensor::BF16(shaped(s, v.into_iter().map(bf16::from_f32).collect())?)
+            Tensor::BF16(array(&s, v.into_iter().map(bf16::from_f32).collect())?)
         }
         (Tensor::I32(x), Tensor::I32(y)) => Tensor::I32(matmul_int(x, y, |v| v as i32)?),
         (Tensor::I64(x), Tensor::I64(y)) => Tensor::I64(matmul_int(x, y, |v| v as i64)?),
@@ -357,8 +350,8 @@ fn matmul_integer(inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
         }
     }
     let (y, s) = matmul_nd::<f64>(&av, ash, &bv, bsh)?;
-    Ok(vec![Tensor::I32(shaped(
-        s,
+    Ok(vec![Tensor::I32(array(
+        &s,
         y.into_iter().map(|v| v as i32).collect(),
     )?)])
 }
@@ -474,7 +467,7 @@ impl Kernel for GemmKernel {
                     self.alpha,
                     self.beta,
                 )?;
-                Tensor::F32(shaped(s, v)?)
+                Tensor::F32(array(&s, v)?)
             }
             (Tensor::F64(x), Tensor::F64(y)) => {
                 let cv = match c {
@@ -493,7 +486,7 @@ impl Kernel for GemmKernel {
                     self.alpha as f64,
                     self.beta as f64,
                 )?;
-                Tensor::F64(shaped(s, v)?)
+                Tensor::F64(array(&s, v)?)
             }
             _ => {
                 return Err(OpError::unsupported(format!(
@@ -752,14 +745,6 @@ fn einsum_loop<T: Scalar>(
     Ok((y, out_shape))
 }
 
-fn permute<T: Clone>(data: &[T], shape: &[usize], perm: &[usize]) -> Vec<T> {
-    if perm.iter().enumerate().all(|(i, &p)| i == p) {
-        return data.to_vec();
-    }
-    let v = ArrayViewD::from_shape(IxDyn(shape), data).expect("shape matches data");
-    v.permuted_axes(IxDyn(perm)).iter().cloned().collect()
-}
-
 /// Two-operand Einsum as a batched matmul when no label repeats within a term and
 /// every shared label has the same size in both operands; `None` otherwise.
 fn einsum_pair<T: Scalar>(
@@ -822,8 +807,8 @@ fn einsum_pair<T: Scalar>(
         prod(la, ash, &contract),
         prod(lb, bsh, &right),
     );
-    let ap = permute(a, ash, &pa);
-    let bp = permute(b, bsh, &pb);
+    let ap = permute_data(a, ash, &pa);
+    let bp = permute_data(b, bsh, &pb);
     let mut mid_shape: Vec<usize> = batch.iter().map(|x| ash[pos(la, x)]).collect();
     mid_shape.extend(left.iter().map(|x| ash[pos(la, x)]));
     mid_shape.extend(right.iter().map(|x| bsh[pos(lb, x)]));
@@ -831,7 +816,7 @@ fn einsum_pair<T: Scalar>(
     let mid: Vec<u32> = batch.iter().chain(&left).chain(&right).copied().collect();
     let perm: Vec<usize> = out.iter().map(|x| pos(&mid, x)).collect();
     let out_shape: Vec<usize> = perm.iter().map(|&p| mid_shape[p]).collect();
-    Ok(Some((permute(&y, &mid_shape, &perm), out_shape)))
+    Ok(Some((permute_data(&y, &mid_shape, &perm), out_shape)))
 }
 
 fn einsum_typed<T: Scalar>(
@@ -875,7 +860,7 @@ impl Kernel for EinsumKernel {
                     .collect();
                 let refs: Vec<&[$t]> = vals.iter().map(|v| v.as_slice()).collect();
                 let (y, s) = einsum_typed(&self.eq, &refs, &shapes)?;
-                Tensor::$variant(shaped(s, y.into_iter().map($from).collect())?)
+                Tensor::$variant(array(&s, y.into_iter().map($from).collect())?)
             }};
         }
         let out = match first {

@@ -3,9 +3,9 @@
 use hmct_tensor::ndarray::{ArrayD, IxDyn};
 use hmct_tensor::{Tensor, map_tensor};
 
-use super::elementwise::broadcast::array;
+use super::arrays::array;
 use super::elementwise::cast::{cast, dtype_of_code};
-use super::elementwise::num::TensorElem;
+use super::num::TensorElem;
 use super::{Kernel, NodeSpec, OpError, input};
 
 fn constant_value(spec: &NodeSpec) -> Result<Tensor, OpError> {

@@ -8,12 +8,17 @@
 
 pub mod attrs;
 
+pub(crate) mod arrays;
+pub(crate) mod broadcast;
 pub(crate) mod conv;
 pub(crate) mod conv_direct;
 pub(crate) mod elementwise;
+pub(crate) mod fastmath;
+pub(crate) mod gemm_util;
 pub(crate) mod matmul;
 pub(crate) mod misc;
 pub(crate) mod norm;
+pub(crate) mod num;
 pub(crate) mod packed_gemm;
 pub(crate) mod pool;
 pub(crate) mod quantize;
@@ -21,8 +26,10 @@ pub(crate) mod reduce;
 pub(crate) mod resize;
 pub(crate) mod rnn;
 pub(crate) mod shape;
+pub(crate) mod window;
 
 pub use attrs::Attrs;
+pub use broadcast::broadcast_shapes;
 
 use hmct_tensor::Tensor;
 
@@ -65,13 +72,6 @@ pub struct NodeSpec<'a> {
     /// values), known at plan time. A kernel may precompute from them (e.g. repack
     /// weights); it still receives them at run time.
     pub const_inputs: &'a [Option<&'a Tensor>],
-}
-
-impl NodeSpec<'_> {
-    /// Whether optional input `i` is given.
-    pub fn has_input(&self, i: usize) -> bool {
-        self.inputs_present.get(i).copied().unwrap_or(false)
-    }
 }
 
 /// A kernel bound to one node. Runs on inputs in node order (`None` for omitted
@@ -186,18 +186,9 @@ pub fn input<'t>(inputs: &[Option<&'t Tensor>], i: usize) -> Result<&'t Tensor, 
         .ok_or_else(|| OpError::invalid(format!("missing required input {i}")))
 }
 
-/// Fetches required input `i` as an f32 array.
-pub fn input_f32<'t>(
-    inputs: &[Option<&'t Tensor>],
-    i: usize,
-) -> Result<&'t hmct_tensor::ndarray::ArrayD<f32>, OpError> {
-    let t = input(inputs, i)?;
-    t.as_f32().ok_or_else(|| {
-        OpError::unsupported(format!(
-            "input {i} of type {} (only float is implemented here)",
-            t.dtype()
-        ))
-    })
+/// Fetches optional input `i`: `None` when it is omitted.
+pub(crate) fn opt_input<'t>(inputs: &[Option<&'t Tensor>], i: usize) -> Option<&'t Tensor> {
+    inputs.get(i).copied().flatten()
 }
 
 /// Reads an integer vector input (shapes, axes, pads, ...).
@@ -221,32 +212,4 @@ pub fn normalize_axis(axis: i64, rank: usize) -> Result<usize, OpError> {
         )));
     }
     Ok(a as usize)
-}
-
-/// Numpy-style broadcast of two shapes.
-pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>, OpError> {
-    let n = a.len().max(b.len());
-    let mut out = vec![0; n];
-    for i in 0..n {
-        let da = if i + a.len() >= n {
-            a[i + a.len() - n]
-        } else {
-            1
-        };
-        let db = if i + b.len() >= n {
-            b[i + b.len() - n]
-        } else {
-            1
-        };
-        out[i] = if da == db || db == 1 {
-            da
-        } else if da == 1 {
-            db
-        } else {
-            return Err(OpError::invalid(format!(
-                "shapes {a:?} and {b:?} do not broadcast"
-            )));
-        };
-    }
-    Ok(out)
 }

@@ -9,7 +9,7 @@ use hmct_tensor::{Tensor, f16};
 use num_traits::Float;
 use rayon::prelude::*;
 
-use super::conv::contiguous;
+use super::arrays::{array, contiguous};
 use super::elementwise::step::ElementStep;
 use super::{Kernel, NodeSpec, OpError, input, normalize_axis, run_not_reusing};
 
@@ -24,10 +24,6 @@ pub(crate) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>>
         _ => return None,
     };
     Some(k)
-}
-
-fn shaped<T>(shape: &[usize], data: Vec<T>) -> Result<ArrayD<T>, OpError> {
-    ArrayD::from_shape_vec(IxDyn(shape), data).map_err(|e| OpError::invalid(e.to_string()))
 }
 
 /// A float tensor's values widened to `f64`-capable `T` work buffers: f32 and f64 as
@@ -70,18 +66,18 @@ fn params(t: &Tensor, what: &str) -> Result<Vec<f64>, OpError> {
 fn rebuild<T: Float>(like: &Tensor, shape: &[usize], v: Vec<T>) -> Result<Tensor, OpError> {
     let f = |x: T| x.to_f64().unwrap_or(f64::NAN);
     Ok(match like {
-        Tensor::F64(_) => Tensor::F64(shaped(shape, v.into_iter().map(f).collect())?),
-        Tensor::F16(_) => Tensor::F16(shaped(
+        Tensor::F64(_) => Tensor::F64(array(shape, v.into_iter().map(f).collect())?),
+        Tensor::F16(_) => Tensor::F16(array(
             shape,
             v.into_iter().map(|x| f16::from_f64(f(x))).collect(),
         )?),
-        Tensor::BF16(_) => Tensor::BF16(shaped(
+        Tensor::BF16(_) => Tensor::BF16(array(
             shape,
             v.into_iter()
                 .map(|x| hmct_tensor::bf16::from_f64(f(x)))
                 .collect(),
         )?),
-        _ => Tensor::F32(shaped(shape, v.into_iter().map(|x| f(x) as f32).collect())?),
+        _ => Tensor::F32(array(shape, v.into_iter().map(|x| f(x) as f32).collect())?),
     })
 }
 
@@ -419,7 +415,7 @@ impl Kernel for LayerNorm {
             let mean: Vec<f64> = st.iter().map(|s| s.0).collect();
             // Mean and InvStdDev are in the stash type (float).
             let f32s = |d: Vec<f64>| -> Result<Tensor, OpError> {
-                Ok(Tensor::F32(shaped(&stat_shape, d.into_iter().map(|q| q as f32).collect())?))
+                Ok(Tensor::F32(array(&stat_shape, d.into_iter().map(|q| q as f32).collect())?))
             };
             let mut outs = vec![rebuild(x, &xs, v)?, f32s(mean)?, f32s(inv)?];
             outs.truncate(self.num_outputs.max(1));

@@ -19,8 +19,8 @@
 
 use std::cell::RefCell;
 
-use super::conv::Win3;
-use super::matmul::gemm_util::MatRef;
+use super::gemm_util::MatRef;
+use super::window::Win3;
 
 /// Rows and columns of a register tile.
 pub(crate) const MR: usize = 12;
@@ -32,7 +32,7 @@ pub(crate) const NC: usize = 12 * NR;
 /// Whether the packed GEMM runs here: the CPU has AVX-512 and `HMCT_CONV_ISA` does not
 /// ask for AVX2 (so the two paths can be timed against each other).
 pub(crate) fn available() -> bool {
-    super::conv_direct::best_isa() == Some(super::conv_direct::Isa::Avx512)
+    crate::cpu::conv_isa() == Some(crate::cpu::Isa::Avx512)
 }
 
 /// `A` packed in tiles of [`MR`] rows: tile `t` holds rows `t·MR ..` as `k` groups of
@@ -503,7 +503,7 @@ pub(crate) fn conv(
     };
     let m_tasks = mg.div_ceil(m_chunk);
     let tasks = n * group * blocks * m_tasks;
-    let yp = super::matmul::gemm_util::SendPtr(y.as_mut_ptr());
+    let yp = super::gemm_util::SendPtr(y.as_mut_ptr());
     let task = |t: usize| {
         let blk = t % blocks;
         let mt = t / blocks % m_tasks;
@@ -536,8 +536,9 @@ pub(crate) fn conv(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu::Isa;
+    use crate::ops::conv_direct;
     use crate::ops::conv_direct::tests::values;
-    use crate::ops::conv_direct::{self, Isa};
 
     /// A 2-D conv geometry: batch, input and output channels, groups, input rows and
     /// columns, kernel, stride, dilation, pads (top, left; bottom and right alike).

@@ -1,11 +1,11 @@
 //! MaxPool (with Indices), AveragePool, GlobalAveragePool and GlobalMaxPool over 1-D to
 //! 3-D windows. One parallel task per (image, channel) plane.
 
-use hmct_tensor::ndarray::{ArrayD, IxDyn};
 use hmct_tensor::{Tensor, f16};
 use rayon::prelude::*;
 
-use super::conv::{Win3, WindowAttrs, contiguous};
+use super::arrays::{array, contiguous};
+use super::window::{Win3, WindowAttrs};
 use super::{Kernel, NodeSpec, OpError, input};
 
 pub(crate) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>> {
@@ -18,10 +18,6 @@ pub(crate) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>>
         _ => return None,
     };
     Some(k)
-}
-
-fn shaped<T>(shape: &[usize], data: Vec<T>) -> Result<ArrayD<T>, OpError> {
-    ArrayD::from_shape_vec(IxDyn(shape), data).map_err(|e| OpError::invalid(e.to_string()))
 }
 
 struct PoolKernel {
@@ -387,7 +383,7 @@ impl PoolElem for f32 {
         let pairs = (row.len() / 2).min(even.len()).min(odd.len());
         let mut done = 0;
         #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx2") {
+        if crate::cpu::features().avx2 {
             // SAFETY: the CPU has AVX2; `pairs` bounds every access.
             done = unsafe { deinterleave_avx2(row, even, odd, pairs) };
         }
@@ -399,12 +395,7 @@ impl PoolElem for f32 {
 
     #[inline(always)]
     fn has_fold_2d() -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            is_x86_feature_detected!("avx2")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        false
+        crate::cpu::features().avx2
     }
 
     #[inline(always)]
@@ -435,7 +426,7 @@ impl PoolElem for f32 {
     #[inline(always)]
     fn max_into(dst: &mut [f32], src: &[f32]) {
         #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx") {
+        if crate::cpu::features().avx {
             // SAFETY: the CPU has AVX.
             unsafe { max_into_avx(dst, src) };
             return;
@@ -846,18 +837,18 @@ impl Kernel for PoolKernel {
         let (g, pe, shape) = self.geometry(xs)?;
         if !self.max {
             let out = match x {
-                Tensor::F32(a) => Tensor::F32(shaped(
+                Tensor::F32(a) => Tensor::F32(array(
                     &shape,
                     avg_pool(&contiguous(a), xs, &g, &pe, self.count_include_pad),
                 )?),
-                Tensor::F64(a) => Tensor::F64(shaped(
+                Tensor::F64(a) => Tensor::F64(array(
                     &shape,
                     avg_pool(&contiguous(a), xs, &g, &pe, self.count_include_pad),
                 )?),
                 Tensor::F16(a) => {
                     let v: Vec<f32> = a.iter().map(|v| v.to_f32()).collect();
                     let y = avg_pool(&v, xs, &g, &pe, self.count_include_pad);
-                    Tensor::F16(shaped(&shape, y.into_iter().map(f16::from_f32).collect())?)
+                    Tensor::F16(array(&shape, y.into_iter().map(f16::from_f32).collect())?)
                 }
                 other => {
                     return Err(OpError::unsupported(format!(
@@ -872,10 +863,10 @@ impl Kernel for PoolKernel {
             ($variant:ident, $a:expr, $low:expr, $skip:expr) => {{
                 if self.want_indices {
                     let (y, i) = max_pool(&contiguous($a), xs, &g, &pe, $low, self.column_major);
-                    (Tensor::$variant(shaped(&shape, y)?), i)
+                    (Tensor::$variant(array(&shape, y)?), i)
                 } else {
                     let y = max_pool_values(&contiguous($a), xs, &g, $low, $skip);
-                    (Tensor::$variant(shaped(&shape, y)?), Vec::new())
+                    (Tensor::$variant(array(&shape, y)?), Vec::new())
                 }
             }};
         }
@@ -893,7 +884,7 @@ impl Kernel for PoolKernel {
             }
         };
         if self.want_indices {
-            Ok(vec![y, Tensor::I64(shaped(&shape, idx)?)])
+            Ok(vec![y, Tensor::I64(array(&shape, idx)?)])
         } else {
             Ok(vec![y])
         }
@@ -963,7 +954,7 @@ fn global(x: &Tensor, max: bool) -> Result<Vec<Tensor>, OpError> {
                         .collect()
                 }
             };
-            Tensor::F32(shaped(&shape, y)?)
+            Tensor::F32(array(&shape, y)?)
         }
         Tensor::F64(a) => {
             let d = contiguous(a);
@@ -972,7 +963,7 @@ fn global(x: &Tensor, max: bool) -> Result<Vec<Tensor>, OpError> {
             } else {
                 d.chunks(vol).map(reduce).collect()
             };
-            Tensor::F64(shaped(&shape, y)?)
+            Tensor::F64(array(&shape, y)?)
         }
         Tensor::F16(a) => {
             let d: Vec<f64> = a.iter().map(|v| v.to_f64()).collect();
@@ -981,7 +972,7 @@ fn global(x: &Tensor, max: bool) -> Result<Vec<Tensor>, OpError> {
             } else {
                 d.chunks(vol).map(|p| f16::from_f64(reduce(p))).collect()
             };
-            Tensor::F16(shaped(&shape, y)?)
+            Tensor::F16(array(&shape, y)?)
         }
         other => {
             return Err(OpError::unsupported(format!(

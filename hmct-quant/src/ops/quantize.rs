@@ -8,7 +8,7 @@
 use hmct_tensor::ndarray::{ArrayD, IxDyn};
 use hmct_tensor::{DType, Tensor, bf16, f16};
 
-use super::conv::contiguous;
+use super::arrays::{array, contiguous};
 use super::{Kernel, NodeSpec, OpError, input, normalize_axis};
 
 pub(crate) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>> {
@@ -19,10 +19,6 @@ pub(crate) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>>
         _ => return None,
     };
     Some(k)
-}
-
-fn shaped<T>(shape: &[usize], data: Vec<T>) -> Result<ArrayD<T>, OpError> {
-    ArrayD::from_shape_vec(IxDyn(shape), data).map_err(|e| OpError::invalid(e.to_string()))
 }
 
 /// Integer range of a quantized type.
@@ -40,11 +36,11 @@ fn int_range(d: DType) -> Option<(i64, i64)> {
 /// Builds an integer tensor of type `d` from values already inside its range.
 fn int_tensor(d: DType, shape: &[usize], v: Vec<i64>) -> Result<Tensor, OpError> {
     Ok(match d {
-        DType::I8 => Tensor::I8(shaped(shape, v.into_iter().map(|q| q as i8).collect())?),
-        DType::U8 => Tensor::U8(shaped(shape, v.into_iter().map(|q| q as u8).collect())?),
-        DType::I16 => Tensor::I16(shaped(shape, v.into_iter().map(|q| q as i16).collect())?),
-        DType::U16 => Tensor::U16(shaped(shape, v.into_iter().map(|q| q as u16).collect())?),
-        DType::I32 => Tensor::I32(shaped(shape, v.into_iter().map(|q| q as i32).collect())?),
+        DType::I8 => Tensor::I8(array(shape, v.into_iter().map(|q| q as i8).collect())?),
+        DType::U8 => Tensor::U8(array(shape, v.into_iter().map(|q| q as u8).collect())?),
+        DType::I16 => Tensor::I16(array(shape, v.into_iter().map(|q| q as i16).collect())?),
+        DType::U16 => Tensor::U16(array(shape, v.into_iter().map(|q| q as u16).collect())?),
+        DType::I32 => Tensor::I32(array(shape, v.into_iter().map(|q| q as i32).collect())?),
         other => return Err(OpError::unsupported(format!("quantized type {other}"))),
     })
 }
@@ -266,9 +262,9 @@ impl Kernel for QdqKernel {
             .collect();
         let out_type = self.output_dtype.unwrap_or(scale_t.dtype());
         Ok(vec![match out_type {
-            DType::F16 => Tensor::F16(shaped(&xs, y.into_iter().map(f16::from_f32).collect())?),
-            DType::BF16 => Tensor::BF16(shaped(&xs, y.into_iter().map(bf16::from_f32).collect())?),
-            _ => Tensor::F32(shaped(&xs, y)?),
+            DType::F16 => Tensor::F16(array(&xs, y.into_iter().map(f16::from_f32).collect())?),
+            DType::BF16 => Tensor::BF16(array(&xs, y.into_iter().map(bf16::from_f32).collect())?),
+            _ => Tensor::F32(array(&xs, y)?),
         }])
     }
 }

@@ -12,14 +12,6 @@ mod softmax;
 
 use super::{Kernel, NodeSpec, OpError};
 
-/// `[outer, len, inner]` sizes of `shape` around axes `a0..=a1`.
-pub(crate) fn split3(shape: &[usize], a0: usize, a1: usize) -> (usize, usize, usize) {
-    let outer = shape[..a0].iter().product();
-    let len = shape[a0..=a1].iter().product();
-    let inner = shape[a1 + 1..].iter().product();
-    (outer, len, inner)
-}
-
 pub(crate) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>> {
     fold::build(spec)
         .or_else(|| arg::build(spec))

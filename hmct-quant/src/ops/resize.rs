@@ -6,11 +6,10 @@
 //! antialiasing filters for downsampling, tf_crop_and_resize extrapolation). Axes are
 //! processed from last to first, which is the order the reference nests them in.
 
-use hmct_tensor::ndarray::{ArrayD, IxDyn};
 use hmct_tensor::{Tensor, f16};
 use rayon::prelude::*;
 
-use super::conv::contiguous;
+use super::arrays::{array, contiguous};
 use super::{Kernel, NodeSpec, OpError, input, normalize_axis};
 
 pub(crate) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>> {
@@ -551,42 +550,38 @@ impl ResizeKernel {
     }
 }
 
-fn shaped<T>(shape: &[usize], data: Vec<T>) -> Result<ArrayD<T>, OpError> {
-    ArrayD::from_shape_vec(IxDyn(shape), data).map_err(|e| OpError::invalid(e.to_string()))
-}
-
 impl Kernel for ResizeKernel {
     fn run(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
         let x = input(inputs, 0)?;
         let xs = x.shape().to_vec();
         let (out, scales, roi) = self.plan(inputs, &xs)?;
         let y = match x {
-            Tensor::F32(a) => Tensor::F32(shaped(
+            Tensor::F32(a) => Tensor::F32(array(
                 &out,
                 self.resize(&contiguous(a), &xs, &out, &scales, &roi),
             )?),
-            Tensor::F64(a) => Tensor::F64(shaped(
+            Tensor::F64(a) => Tensor::F64(array(
                 &out,
                 self.resize(&contiguous(a), &xs, &out, &scales, &roi),
             )?),
             Tensor::F16(a) => {
                 let v: Vec<f32> = a.iter().map(|v| v.to_f32()).collect();
                 let r = self.resize(&v, &xs, &out, &scales, &roi);
-                Tensor::F16(shaped(&out, r.into_iter().map(f16::from_f32).collect())?)
+                Tensor::F16(array(&out, r.into_iter().map(f16::from_f32).collect())?)
             }
-            Tensor::U8(a) => Tensor::U8(shaped(
+            Tensor::U8(a) => Tensor::U8(array(
                 &out,
                 self.resize(&contiguous(a), &xs, &out, &scales, &roi),
             )?),
-            Tensor::I8(a) => Tensor::I8(shaped(
+            Tensor::I8(a) => Tensor::I8(array(
                 &out,
                 self.resize(&contiguous(a), &xs, &out, &scales, &roi),
             )?),
-            Tensor::I32(a) => Tensor::I32(shaped(
+            Tensor::I32(a) => Tensor::I32(array(
                 &out,
                 self.resize(&contiguous(a), &xs, &out, &scales, &roi),
             )?),
-            Tensor::I64(a) => Tensor::I64(shaped(
+            Tensor::I64(a) => Tensor::I64(array(
                 &out,
                 self.resize(&contiguous(a), &xs, &out, &scales, &roi),
             )?),

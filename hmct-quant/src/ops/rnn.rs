@@ -8,8 +8,8 @@
 use hmct_tensor::Tensor;
 use hmct_tensor::ndarray::{ArrayD, IxDyn};
 
-use super::conv::contiguous;
-use super::matmul::gemm_util::{self as gu, MatRef};
+use super::arrays::contiguous;
+use super::gemm_util::{self as gu, MatRef};
 use super::{Kernel, NodeSpec, OpError, input};
 
 pub(crate) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>> {

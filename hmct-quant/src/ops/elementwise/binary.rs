@@ -4,9 +4,9 @@
 use hmct_tensor::Tensor;
 use hmct_tensor::ndarray::ArrayD;
 
-use super::broadcast::{along_axis1_only, binary, binary_in_place, ternary, unary};
-use super::num::{Num, with_num, with_num2, with_same2};
 use super::step::{ArithOp, ElementStep};
+use crate::ops::broadcast::{along_axis1_only, binary, binary_in_place, ternary, unary};
+use crate::ops::num::{Num, with_num, with_num2, with_same2};
 use crate::ops::{Kernel, NodeSpec, OpError, input, run_not_reusing};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -212,7 +212,7 @@ fn prelu_slope<'s>(
     Ok(match (x, slope.shape()) {
         ([_, c, rest @ ..], &[s]) if per_channel && s == *c && s > 1 => {
             let shape: Vec<usize> = std::iter::once(s).chain(rest.iter().map(|_| 1)).collect();
-            std::borrow::Cow::Owned(crate::ops::shape::reshaped(slope, &shape)?)
+            std::borrow::Cow::Owned(crate::ops::arrays::reshaped(slope, &shape)?)
         }
         _ => std::borrow::Cow::Borrowed(slope),
     })
@@ -287,7 +287,7 @@ fn legacy_align(a: &Tensor, b: &Tensor, axis: i64) -> Result<Tensor, OpError> {
         .chain(b.shape().iter().copied())
         .chain(std::iter::repeat_n(1, (ra - ax - rb) as usize))
         .collect();
-    crate::ops::shape::reshaped(b, &shape)
+    crate::ops::arrays::reshaped(b, &shape)
 }
 
 fn two(
@@ -347,7 +347,7 @@ fn prelu_planes(x: &ArrayD<f32>, slope: &ArrayD<f32>) -> Option<ArrayD<f32>> {
     // select into masked stores, which on AMD cost more than the whole loop.
     let mut out = crate::buffers::take::<f32>(src.len());
     #[cfg(target_arch = "x86_64")]
-    let avx = plane >= 8 && is_x86_feature_detected!("avx");
+    let avx = plane >= 8 && crate::cpu::features().avx;
     // Planes cycle through the slopes (channels of each image in turn).
     for ((s, d), &k) in src
         .chunks(plane)

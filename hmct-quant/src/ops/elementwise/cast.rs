@@ -12,8 +12,8 @@ use hmct_tensor::ndarray::ArrayD;
 use hmct_tensor::{DType, Tensor};
 use num_traits::AsPrimitive;
 
-use super::broadcast::unary;
-use super::num::{Num, with_num};
+use crate::ops::broadcast::unary;
+use crate::ops::num::{Num, with_num};
 use crate::ops::{Kernel, NodeSpec, OpError, input};
 
 /// A numeric type that converts to every other numeric type.
@@ -103,7 +103,7 @@ fn from_string(a: &ArrayD<String>, to: DType) -> Result<Tensor, OpError> {
             .iter()
             .map(|s| f(s))
             .collect::<Result<Vec<T>, OpError>>()?;
-        super::broadcast::array(a.shape(), data)
+        crate::ops::arrays::array(a.shape(), data)
     }
     Ok(match to {
         DType::String => Tensor::String(a.clone()),

@@ -6,50 +6,14 @@ use hmct_tensor::ndarray::ArrayD;
 
 use hmct_tensor::ndarray::IxDyn;
 
-use super::broadcast::{CHUNK, PAR_MIN, contiguous, for_chunks, unary, unary_in_place};
-use super::fastmath::{exp_slice, sigmoid_slice};
-use super::num::{Half, Num, Real, typed, with_num};
-use super::step::ElementStep;
+use super::step::{
+    Act, ElementStep, Fresh, InPlace, bound_or, clip_f32_bounds, clip_one, map_real, relu,
+};
+use crate::ops::arrays::contiguous;
+use crate::ops::broadcast::{CHUNK, PAR_MIN, for_chunks, unary, unary_in_place};
+use crate::ops::fastmath::{exp_slice, sigmoid_slice};
+use crate::ops::num::{Half, Num, with_num};
 use crate::ops::{Kernel, NodeSpec, OpError, input, run_not_reusing};
-
-/// Float-only element-wise functions with their attributes.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum Act {
-    Sqrt,
-    Exp,
-    Log,
-    Reciprocal,
-    Floor,
-    Ceil,
-    Round,
-    Sin,
-    Cos,
-    Tan,
-    Asin,
-    Acos,
-    Atan,
-    Sinh,
-    Cosh,
-    Asinh,
-    Acosh,
-    Atanh,
-    Erf,
-    Tanh,
-    Sigmoid,
-    HardSigmoid { alpha: f32, beta: f32 },
-    HardSwish,
-    LeakyRelu { alpha: f32 },
-    Elu { alpha: f32 },
-    Selu { alpha: f32, gamma: f32 },
-    Celu { alpha: f32 },
-    ThresholdedRelu { alpha: f32 },
-    Gelu,
-    GeluTanh,
-    Softplus,
-    Softsign,
-    Mish,
-    Shrink { bias: f32, lambd: f32 },
-}
 
 fn act_for(spec: &NodeSpec) -> Option<Result<Act, OpError>> {
     let a = &spec.attrs;
@@ -126,136 +90,6 @@ fn act_for(spec: &NodeSpec) -> Option<Result<Act, OpError>> {
         }
         _ => return None,
     }))
-}
-
-#[inline(always)]
-fn softplus<T: Real>(v: T) -> T {
-    // log(1 + exp(v)) without overflow for large v.
-    if v > T::ZERO {
-        v + (-v).exp().ln_1p()
-    } else {
-        v.exp().ln_1p()
-    }
-}
-
-/// Where an element-wise function's results go: a fresh array, or over the input.
-trait Dest<T> {
-    type Out;
-    fn apply<F: Fn(T) -> T + Sync + Send>(self, f: F) -> Self::Out;
-}
-
-struct Fresh<'a, T>(&'a ArrayD<T>);
-
-impl<T: Copy + Default + Send + Sync + 'static> Dest<T> for Fresh<'_, T> {
-    type Out = ArrayD<T>;
-    fn apply<F: Fn(T) -> T + Sync + Send>(self, f: F) -> ArrayD<T> {
-        unary(self.0, f)
-    }
-}
-
-struct InPlace<'a, T>(&'a mut [T]);
-
-impl<T: Copy + Send> Dest<T> for InPlace<'_, T> {
-    type Out = ();
-    fn apply<F: Fn(T) -> T + Sync + Send>(self, f: F) {
-        unary_in_place(self.0, f)
-    }
-}
-
-/// `act` over a float array; the match is outside the loops so each is vectorizable.
-fn map_real<T: Real, D: Dest<T>>(act: Act, x: D) -> D::Out {
-    let c = T::from_f32c;
-    let (zero, one) = (T::ZERO, T::ONE);
-    match act {
-        Act::Sqrt => x.apply(|v: T| v.sqrt()),
-        Act::Exp => x.apply(|v: T| v.exp()),
-        Act::Log => x.apply(|v: T| v.ln()),
-        Act::Reciprocal => x.apply(|v: T| one / v),
-        Act::Floor => x.apply(|v: T| v.floor()),
-        Act::Ceil => x.apply(|v: T| v.ceil()),
-        Act::Round => x.apply(|v: T| T::round_even(v)),
-        Act::Sin => x.apply(|v: T| v.sin()),
-        Act::Cos => x.apply(|v: T| v.cos()),
-        Act::Tan => x.apply(|v: T| v.tan()),
-        Act::Asin => x.apply(|v: T| v.asin()),
-        Act::Acos => x.apply(|v: T| v.acos()),
-        Act::Atan => x.apply(|v: T| v.atan()),
-        Act::Sinh => x.apply(|v: T| v.sinh()),
-        Act::Cosh => x.apply(|v: T| v.cosh()),
-        Act::Asinh => x.apply(|v: T| v.asinh()),
-        Act::Acosh => x.apply(|v: T| v.acosh()),
-        Act::Atanh => x.apply(|v: T| v.atanh()),
-        Act::Erf => x.apply(|v: T| Real::erf(v)),
-        Act::Tanh => x.apply(|v: T| v.tanh()),
-        Act::Sigmoid => x.apply(|v: T| one / (one + (-v).exp())),
-        Act::HardSigmoid { alpha, beta } => {
-            let (a, b) = (c(alpha), c(beta));
-            x.apply(move |v: T| zero.max_nan(one.min_nan(a * v + b)))
-        }
-        Act::HardSwish => {
-            let (a, b) = (c(1.0 / 6.0), c(0.5));
-            x.apply(move |v: T| v * zero.max_nan(one.min_nan(a * v + b)))
-        }
-        Act::LeakyRelu { alpha } => {
-            let a = c(alpha);
-            x.apply(move |v: T| if v < zero { v * a } else { v })
-        }
-        Act::Elu { alpha } => {
-            let a = c(alpha);
-            x.apply(move |v: T| if v < zero { a * (v.exp() - one) } else { v })
-        }
-        Act::Selu { alpha, gamma } => {
-            let (a, g) = (c(alpha), c(gamma));
-            x.apply(move |v: T| {
-                if v > zero {
-                    g * v
-                } else {
-                    g * (a * v.exp() - a)
-                }
-            })
-        }
-        Act::Celu { alpha } => {
-            let a = c(alpha);
-            x.apply(move |v: T| zero.max_nan(v) + zero.min_nan(a * ((v / a).exp() - one)))
-        }
-        Act::ThresholdedRelu { alpha } => {
-            let a = c(alpha);
-            x.apply(move |v: T| if v > a { v } else { zero })
-        }
-        Act::Gelu => {
-            let (half, r) = (c(0.5), T::from_f64(std::f64::consts::FRAC_1_SQRT_2));
-            x.apply(move |v: T| half * v * (one + Real::erf(v * r)))
-        }
-        Act::GeluTanh => {
-            let (half, k, s) = (
-                c(0.5),
-                c(0.044_715),
-                T::from_f64((2.0 / std::f64::consts::PI).sqrt()),
-            );
-            x.apply(move |v: T| half * v * (one + (s * (v + k * v * v * v)).tanh()))
-        }
-        Act::Softplus => x.apply(softplus),
-        Act::Softsign => x.apply(|v: T| v / (one + Num::abs(v))),
-        Act::Mish => x.apply(|v: T| v * softplus(v).tanh()),
-        Act::Shrink { bias, lambd } => {
-            let (b, l) = (c(bias), c(lambd));
-            x.apply(move |v: T| {
-                if v < -l {
-                    v + b
-                } else if v > l {
-                    v - b
-                } else {
-                    zero
-                }
-            })
-        }
-    }
-}
-
-/// `act` over f32 values in place: the function [`ActKernel`] applies (except Exp and
-/// Sigmoid, whose f32 kernels are the slice kernels of `fastmath`).
-pub(super) fn map_in_place(act: Act, d: &mut [f32]) {
-    map_real(act, InPlace(d))
 }
 
 /// Half-precision inputs are widened to f32, computed, and rounded once.
@@ -365,13 +199,6 @@ fn run_num(op: NumOp, t: &Tensor) -> Result<Tensor, OpError> {
     })), other => Err(OpError::unsupported(format!("{op:?} on {}", other.dtype()))))
 }
 
-// See run_num on unsigned types.
-#[allow(clippy::absurd_extreme_comparisons)]
-#[inline(always)]
-pub(super) fn relu<T: Num>(v: T) -> T {
-    if v < T::ZERO { T::ZERO } else { v }
-}
-
 /// Abs, Neg, Sign and Relu; on f32 they can also overwrite their input.
 struct NumKernel(NumOp);
 
@@ -423,48 +250,8 @@ fn float_pred(
     }))
 }
 
-/// The single value of a bound tensor (ONNX says scalar; exporters also write `[1]`).
-pub(crate) fn scalar_of<T: Clone>(a: &ArrayD<T>, what: &str) -> Result<T, OpError> {
-    match a.iter().next() {
-        Some(v) if a.len() == 1 => Ok(v.clone()),
-        _ => Err(OpError::invalid(format!(
-            "{what} must be a scalar, got shape {:?}",
-            a.shape()
-        ))),
-    }
-}
-
-fn bound_or<T: Num>(t: Option<&Tensor>, default: T, what: &str) -> Result<T, OpError> {
-    match t {
-        None => Ok(default),
-        Some(t) => scalar_of(typed::<T>(t, what)?, what),
-    }
-}
-
-#[inline(always)]
-pub(super) fn clip_one<T: Num>(v: T, lo: T, hi: T) -> T {
-    // max then min, as numpy and onnxruntime do: when lo > hi everything becomes hi.
-    let r = if v < lo { lo } else { v };
-    if r > hi { hi } else { r }
-}
-
 fn clip<T: Num>(x: &ArrayD<T>, lo: T, hi: T) -> ArrayD<T> {
     unary(x, move |v: T| clip_one(v, lo, hi))
-}
-
-/// Clip's f32 bounds: the attributes before opset 11, else the optional inputs.
-pub(crate) fn clip_f32_bounds(
-    attr_bounds: Option<(f32, f32)>,
-    lo: Option<&Tensor>,
-    hi: Option<&Tensor>,
-) -> Result<(f32, f32), OpError> {
-    if let Some(b) = attr_bounds {
-        return Ok(b);
-    }
-    Ok((
-        bound_or(lo, Num::LOWEST, "Clip min")?,
-        bound_or(hi, Num::HIGHEST, "Clip max")?,
-    ))
 }
 
 struct ClipKernel {

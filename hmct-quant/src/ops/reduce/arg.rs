@@ -5,9 +5,8 @@ use std::cmp::Ordering;
 use hmct_tensor::Tensor;
 use hmct_tensor::ndarray::ArrayD;
 
-use super::split3;
-use crate::ops::elementwise::broadcast::{array, contiguous};
-use crate::ops::elementwise::num::{Num, with_num};
+use crate::ops::arrays::{array, contiguous, split3};
+use crate::ops::num::{Num, with_num};
 use crate::ops::{Kernel, NodeSpec, OpError, input, input_i64s, normalize_axis};
 
 /// Index of the max (or min) along the middle axis of `[outer, len, inner]`. The

@@ -3,9 +3,8 @@
 
 use hmct_tensor::Tensor;
 
-use super::split3;
-use crate::ops::elementwise::broadcast::{array, contiguous};
-use crate::ops::elementwise::num::{Num, with_num};
+use crate::ops::arrays::{array, contiguous, split3};
+use crate::ops::num::{Num, with_num};
 use crate::ops::{Kernel, NodeSpec, OpError, input, input_i64s, normalize_axis};
 
 fn cumsum<T: Num>(

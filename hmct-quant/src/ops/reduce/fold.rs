@@ -9,10 +9,9 @@
 use half::{bf16, f16};
 use hmct_tensor::Tensor;
 
-use super::split3;
-use crate::ops::elementwise::broadcast::{CHUNK, PAR_MIN, array, contiguous, for_chunks};
-use crate::ops::elementwise::num::Num;
-use crate::ops::shape::permute;
+use crate::ops::arrays::{array, contiguous, permute, split3};
+use crate::ops::broadcast::{CHUNK, PAR_MIN, for_chunks};
+use crate::ops::num::Num;
 use crate::ops::{Kernel, NodeSpec, OpError, input, input_i64s, normalize_axis};
 
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -9,9 +9,9 @@ use hmct_tensor::Tensor;
 use hmct_tensor::ndarray::ArrayD;
 
 use super::fold::fold_row;
-use super::split3;
-use crate::ops::elementwise::broadcast::{CHUNK, PAR_MIN, array, contiguous, for_chunks, unary};
-use crate::ops::elementwise::num::{Half, Num, Real};
+use crate::ops::arrays::{array, contiguous, split3};
+use crate::ops::broadcast::{CHUNK, PAR_MIN, for_chunks, unary};
+use crate::ops::num::{Half, Num, Real};
 use crate::ops::{Kernel, NodeSpec, OpError, input, normalize_axis};
 
 #[derive(Clone, Copy, Debug, PartialEq)]

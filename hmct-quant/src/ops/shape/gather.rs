@@ -5,9 +5,8 @@
 use hmct_tensor::ndarray::ArrayD;
 use hmct_tensor::{Tensor, map_tensor};
 
-use super::super::reduce::split3;
-use crate::ops::elementwise::broadcast::{array, contiguous};
-use crate::ops::elementwise::num::{Num, TensorElem, typed, with_num};
+use crate::ops::arrays::{array, contiguous, split3};
+use crate::ops::num::{Num, TensorElem, typed, with_num};
 use crate::ops::{Kernel, NodeSpec, OpError, input, input_i64s, normalize_axis};
 
 fn norm_index(i: i64, len: usize) -> Result<usize, OpError> {

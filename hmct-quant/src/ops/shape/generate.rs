@@ -4,9 +4,8 @@
 use hmct_tensor::ndarray::{ArrayD, IxDyn};
 use hmct_tensor::{Tensor, map_tensor, map_tensor_same};
 
-use crate::ops::elementwise::broadcast::{array, contiguous};
-use crate::ops::elementwise::num::{Num, TensorElem, typed, with_num};
-use crate::ops::elementwise::scalar_of;
+use crate::ops::arrays::{array, contiguous};
+use crate::ops::num::{Num, TensorElem, scalar_of, typed, with_num};
 use crate::ops::{Kernel, NodeSpec, OpError, input, input_i64s};
 
 fn dims_of(v: &[i64]) -> Result<Vec<usize>, OpError> {

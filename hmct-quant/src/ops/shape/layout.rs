@@ -4,7 +4,7 @@
 use hmct_tensor::ndarray::IxDyn;
 use hmct_tensor::{Tensor, map_tensor_same};
 
-use super::{permute, reshaped, std_owned};
+use crate::ops::arrays::{permute, reshaped, std_owned};
 use crate::ops::{Kernel, NodeSpec, OpError, broadcast_shapes, input, input_i64s, normalize_axis};
 
 /// Resolves a Reshape target: 0 copies the input dimension (unless `allowzero`), -1

@@ -4,10 +4,9 @@
 use hmct_tensor::ndarray::{ArrayD, Axis};
 use hmct_tensor::{Tensor, map_tensor};
 
-use crate::ops::elementwise::broadcast::{array, contiguous};
-use crate::ops::elementwise::num::{TensorElem, typed};
-use crate::ops::elementwise::scalar_of;
-use crate::ops::{Kernel, NodeSpec, OpError, input, input_i64s, normalize_axis};
+use crate::ops::arrays::{array, contiguous};
+use crate::ops::num::{TensorElem, scalar_of, typed};
+use crate::ops::{Kernel, NodeSpec, OpError, input, input_i64s, normalize_axis, opt_input};
 
 /// Output element at multi-index `i` is input element `idx[0][i0], idx[1][i1], ...`,
 /// or `fill` where an index is `None` (padding).
@@ -145,7 +144,7 @@ fn concat_typed<T: TensorElem>(
     Ok(T::wrap(if out.is_standard_layout() {
         out
     } else {
-        super::std_owned(out.view())
+        crate::ops::arrays::std_owned(out.view())
     }))
 }
 
@@ -352,10 +351,6 @@ fn boxed(
     k: impl Fn(&[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> + Send + Sync + 'static,
 ) -> Box<dyn Kernel> {
     Box::new(k)
-}
-
-fn opt_input<'t>(inputs: &[Option<&'t Tensor>], i: usize) -> Option<&'t Tensor> {
-    inputs.get(i).copied().flatten()
 }
 
 pub(super) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>> {

@@ -8,19 +8,45 @@
 //! elements for rayon; nothing is reduced across chunks, so results do not depend on
 //! the thread count.
 
-use std::borrow::Cow;
-
 use hmct_tensor::ndarray::{ArrayD, IxDyn};
 use rayon::prelude::*;
 
-use crate::ops::{OpError, broadcast_shapes};
+use crate::ops::OpError;
+use crate::ops::arrays::{array, contiguous};
 
 /// Outputs smaller than this run on the calling thread.
 pub(crate) const PAR_MIN: usize = 1 << 15;
 /// Output elements per parallel task.
 pub(crate) const CHUNK: usize = 1 << 13;
 
-/// The elements of `a` in row-major order, borrowed when `a` is already standard.
+/// Numpy-style broadcast of two shapes.
+pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>, OpError> {
+    let n = a.len().max(b.len());
+    let mut out = vec![0; n];
+    for i in 0..n {
+        let da = if i + a.len() >= n {
+            a[i + a.len() - n]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= n {
+            b[i + b.len() - n]
+        } else {
+            1
+        };
+        out[i] = if da == db || db == 1 {
+            da
+        } else if da == 1 {
+            db
+        } else {
+            return Err(OpError::invalid(format!(
+                "shapes {a:?} and {b:?} do not broadcast"
+            )));
+        };
+    }
+    Ok(out)
+}
+
 /// Whether an operand of shape `operand` broadcasts to `shape` without changing it,
 /// varying along axis 1 at most: one value, or one per channel.
 pub(crate) fn along_axis1_only(operand: &[usize], shape: &[usize]) -> bool {
@@ -31,18 +57,6 @@ pub(crate) fn along_axis1_only(operand: &[usize], shape: &[usize]) -> bool {
         .iter()
         .enumerate()
         .all(|(d, &n)| n == 1 || (lead + d == 1 && n == shape[1]))
-}
-
-pub(crate) fn contiguous<T: Clone>(a: &ArrayD<T>) -> Cow<'_, [T]> {
-    match a.as_slice() {
-        Some(s) => Cow::Borrowed(s),
-        None => Cow::Owned(a.iter().cloned().collect()),
-    }
-}
-
-/// Builds an array from a shape and row-major data of matching length.
-pub(crate) fn array<T>(shape: &[usize], data: Vec<T>) -> Result<ArrayD<T>, OpError> {
-    ArrayD::from_shape_vec(IxDyn(shape), data).map_err(|e| OpError::invalid(e.to_string()))
 }
 
 /// Runs `f(offset, piece)` over `out` cut into pieces of `chunk` elements, on the

@@ -1,5 +1,5 @@
-//! Element-type traits and dtype dispatch shared by the element-wise, reduction and
-//! shape kernels.
+//! Element-type traits, dtype dispatch and scalar operands, shared by the
+//! element-wise, reduction and shape kernels.
 //!
 //! [`Num`] gives every numeric ONNX type the arithmetic ONNX defines for it (integers
 //! wrap, integer division truncates), so one generic kernel body serves all of them.
@@ -365,6 +365,17 @@ macro_rules! with_same2 {
     };
 }
 pub(crate) use with_same2;
+
+/// The single value of a bound tensor (ONNX says scalar; exporters also write `[1]`).
+pub(crate) fn scalar_of<T: Clone>(a: &ArrayD<T>, what: &str) -> Result<T, OpError> {
+    match a.iter().next() {
+        Some(v) if a.len() == 1 => Ok(v.clone()),
+        _ => Err(OpError::invalid(format!(
+            "{what} must be a scalar, got shape {:?}",
+            a.shape()
+        ))),
+    }
+}
 
 #[cfg(test)]
 mod tests {
