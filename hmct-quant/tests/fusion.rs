@@ -23,7 +23,8 @@ fn constant(name: &str, shape: &[usize], values: Vec<f32>) -> hmct_proto::onnx::
 ///   HardSigmoid, and a Mul of a value by itself;
 /// - `yc`: a Mul by a constant along the last axis, which the chain cannot take;
 /// - `yd`: Add, a Clip without bounds, Mul; the Clip's output `d2` is a graph output;
-/// - `ye`: a hard-swish with the operands of its Add and Mul the other way round.
+/// - `ye`: a hard-swish with the operands of its Add and Mul the other way round;
+/// - `yf`: a SiLU (Sigmoid, and a Mul by the chain's input), Exp, a per-channel Mul.
 fn session(shape: &[usize], threads: usize) -> Session {
     let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
     let w = *shape.last().unwrap();
@@ -72,8 +73,12 @@ fn session(shape: &[usize], threads: usize) -> Session {
         node("e_clip", "Clip", &["e1", "zero", "six"], &["e2"]),
         node("e_mul", "Mul", &["e2", "x"], &["e3"]),
         node("e_div", "Div", &["e3", "six"], &["ye"]),
+        node("f_sig", "Sigmoid", &["x"], &["f1"]),
+        node("f_mul", "Mul", &["x", "f1"], &["f2"]),
+        node("f_exp", "Exp", &["f2"], &["f3"]),
+        node("f_scale", "Mul", &["f3", "s"], &["yf"]),
     ];
-    let outputs = ["ya", "yb", "yc", "yd", "d2", "ye"]
+    let outputs = ["ya", "yb", "yc", "yd", "d2", "ye", "yf"]
         .map(named_value)
         .to_vec();
     let proto = model(vec![float_value("x", &dims)], nodes, inits, outputs);
@@ -166,7 +171,9 @@ fn fused_chains_match_node_by_node_bit_for_bit() {
             // d2 is a graph output, so the chain ends with the node writing it.
             assert_eq!(chain_len("d_add"), Some(2));
             assert_eq!(chain_len("e_add"), Some(4));
+            assert_eq!(chain_len("f_sig"), Some(4));
             assert_eq!(fused_calls(&s, "e_add"), 1);
+            assert_eq!(fused_calls(&s, "f_sig"), 1);
             assert_eq!(fused_calls(&s, "d_add"), 1);
             assert_eq!(fused_calls(&s, "bn"), 1);
             assert_eq!(fused_calls(&s, "scale_mul"), 1);

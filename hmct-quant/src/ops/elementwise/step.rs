@@ -9,6 +9,7 @@ use hmct_tensor::ndarray::ArrayD;
 
 use crate::ops::OpError;
 use crate::ops::broadcast::{unary, unary_in_place};
+use crate::ops::fastmath::{exp_slice, sigmoid_slice};
 use crate::ops::num::{Num, Real, scalar_of, typed};
 
 /// What an element-wise kernel does to f32 values, as far as fusing is concerned.
@@ -94,11 +95,18 @@ pub(crate) fn relu_block(src: &[f32], out: &mut [f32]) {
     }
 }
 
-/// A float activation, through the function its kernel applies in place.
+/// A float activation, through the function its kernel applies: the f32 slice
+/// functions of `fastmath` for Exp and Sigmoid, else the one it applies in place.
 #[inline(always)]
 pub(crate) fn act_block(act: Act, src: &[f32], out: &mut [f32]) {
-    out.copy_from_slice(src);
-    map_in_place(act, out);
+    match act {
+        Act::Exp => exp_slice(src, out),
+        Act::Sigmoid => sigmoid_slice(src, out),
+        _ => {
+            out.copy_from_slice(src);
+            map_in_place(act, out);
+        }
+    }
 }
 
 /// How the four nodes of an exported hard-swish, `Div(Mul(x, Clip(Add(x, add), lo,

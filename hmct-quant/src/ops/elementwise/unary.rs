@@ -136,10 +136,7 @@ impl Kernel for ActKernel {
     }
 
     fn element_step(&self) -> Option<ElementStep> {
-        match self.0 {
-            Act::Exp | Act::Sigmoid => None,
-            act => Some(ElementStep::Act(act)),
-        }
+        Some(ElementStep::Act(self.0))
     }
 
     fn reusable_inputs(&self) -> &[usize] {
