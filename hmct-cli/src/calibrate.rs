@@ -239,9 +239,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     })?;
     hmct_ir::save_model(&calibrated.model, &args.output)?;
     if let Some(path) = &args.json {
-        let mut json = serde_json::to_vec_pretty(&calibrated.report)?;
-        json.push(b'\n');
-        hmct_ir::write_atomic(path, &json)?;
+        crate::common::write_json(path, &calibrated.report)?;
     }
     print_summary(&calibrated.report, args, start.elapsed().as_secs_f64(), out)
         .context("writing to stdout")

@@ -89,6 +89,12 @@ pub(crate) fn parse_format(value: &str) -> Result<Format> {
     }
 }
 
+/// Writes `value` to `path` as the analyses write their JSON, atomically.
+pub(crate) fn write_json<T: serde::Serialize + ?Sized>(path: &Path, value: &T) -> Result<()> {
+    hmct_ir::write_atomic(path, &hmct_debug::json::pretty(value)?)?;
+    Ok(())
+}
+
 /// Loads the model and opens the engine on the data, caching activations within
 /// `cache_mb` (default: half the available memory).
 pub(crate) fn open_engine(
@@ -188,11 +194,7 @@ impl OutputFolder {
         E: Into<anyhow::Error>,
     {
         let json_bytes = match json {
-            Some(_) => {
-                let mut bytes = serde_json::to_vec_pretty(result)?;
-                bytes.push(b'\n');
-                Some(bytes)
-            }
+            Some(_) => Some(hmct_debug::json::pretty(result)?),
             None => None,
         };
         let written = write_figures().map_err(|e| {

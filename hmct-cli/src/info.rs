@@ -76,9 +76,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     print(&report, args, out).context("writing to stdout")?;
     warn_about_nan(&report);
     if let Some(path) = &args.json {
-        let mut json = serde_json::to_vec_pretty(&report)?;
-        json.push(b'\n');
-        hmct_ir::write_atomic(path, &json)?;
+        crate::common::write_json(path, &report)?;
     }
     Ok(())
 }

@@ -87,9 +87,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         e => anyhow::Error::from(e),
     })?;
     if let Some(path) = &args.json {
-        let mut json = serde_json::to_vec_pretty(&result)?;
-        json.push(b'\n');
-        hmct_ir::write_atomic(path, &json)?;
+        crate::common::write_json(path, &result)?;
     }
     out.write_all(result.table().render().as_bytes())
         .context("writing to stdout")?;

@@ -169,9 +169,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         hmct_ir::write_atomic(&path, table.as_bytes())?;
     }
     if let Some(path) = &args.json {
-        let mut json = serde_json::to_vec_pretty(&result)?;
-        json.push(b'\n');
-        hmct_ir::write_atomic(path, &json)?;
+        crate::common::write_json(path, &result)?;
     }
     if !parsed.verbose && args.save_dir.is_none() && args.json.is_none() {
         eprintln!(

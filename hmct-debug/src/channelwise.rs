@@ -22,9 +22,9 @@ use hmct_plot::{BoxPlot, BoxStats, Figure, Format};
 use hmct_quant::Base;
 use serde::Serialize;
 
-use crate::acc_error::JsonFloat;
 use crate::distribution::{file_safe, to_f32};
 use crate::engine::{Engine, EngineError, NodeRef, quote_list};
+use crate::json;
 
 /// The arguments of [`get_channelwise_data_distribution`].
 #[derive(Clone, Debug)]
@@ -128,23 +128,23 @@ pub struct ChannelStats {
     pub channel: usize,
     /// Finite values.
     pub count: usize,
-    #[serde(serialize_with = "json_f64")]
+    #[serde(serialize_with = "json::number")]
     pub min: f64,
-    #[serde(serialize_with = "json_f64")]
+    #[serde(serialize_with = "json::number")]
     pub q1: f64,
-    #[serde(serialize_with = "json_f64")]
+    #[serde(serialize_with = "json::number")]
     pub median: f64,
-    #[serde(serialize_with = "json_f64")]
+    #[serde(serialize_with = "json::number")]
     pub mean: f64,
-    #[serde(serialize_with = "json_f64")]
+    #[serde(serialize_with = "json::number")]
     pub q3: f64,
-    #[serde(serialize_with = "json_f64")]
+    #[serde(serialize_with = "json::number")]
     pub max: f64,
-    #[serde(serialize_with = "json_f64")]
+    #[serde(serialize_with = "json::number")]
     pub max_abs: f64,
-    #[serde(serialize_with = "json_f64")]
+    #[serde(serialize_with = "json::number")]
     pub whisker_low: f64,
-    #[serde(serialize_with = "json_f64")]
+    #[serde(serialize_with = "json::number")]
     pub whisker_high: f64,
     /// How many values lie beyond the whiskers.
     pub outliers_total: usize,
@@ -436,8 +436,4 @@ pub fn write_channelwise(
         written.push(csv);
     }
     Ok(written)
-}
-
-fn json_f64<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
-    JsonFloat(*v).serialize(s)
 }

@@ -10,6 +10,7 @@ pub mod distribution;
 pub mod engine;
 pub mod health;
 pub mod info;
+pub mod json;
 pub mod mixed_precision;
 pub mod outliers;
 pub mod precision_table;

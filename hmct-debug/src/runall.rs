@@ -529,11 +529,10 @@ fn write_file(path: &Path, bytes: &[u8]) -> Result<(), RunallError> {
 }
 
 fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), RunallError> {
-    let mut json = serde_json::to_vec_pretty(value).map_err(|e| RunallError::Write {
+    let json = crate::json::pretty(value).map_err(|e| RunallError::Write {
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;
-    json.push(b'\n');
     write_file(path, &json)
 }
 

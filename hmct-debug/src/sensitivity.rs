@@ -40,7 +40,7 @@ use crate::engine::{Engine, EngineError, NodeRef, Probe, Timings, close_matches,
 use crate::health::{
     DEGENERATE_SAMPLE, OutputSamples, SampleWarning, degenerate_samples, output_samples,
 };
-use crate::sensitivity_analysis::json::Number;
+use crate::json::Number;
 use crate::shard::{
     MergeError, Part, PartInfo, Provenance, Shard, check_sweep, cone_cost, node_costs,
     partition_groups,
