@@ -9,9 +9,9 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use hmct_debug::calibrate::{
     CalibrateError, CalibrateOptions, CalibrationReport, DEFAULT_OP_TYPES, Method, ONNX_OP_TYPES,
-    close_matches, is_onnx_op,
+    is_onnx_op,
 };
-use hmct_ir::QType;
+use hmct_ir::{QType, close_matches};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::UsageError;

@@ -17,13 +17,13 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use hmct_ir::TensorType;
+use hmct_ir::{TensorType, quote_list};
 use hmct_plot::{BoxPlot, BoxStats, Figure, Format};
 use hmct_quant::Base;
 use serde::Serialize;
 
 use crate::distribution::{file_safe, to_f32};
-use crate::engine::{Engine, EngineError, NodeRef, quote_list};
+use crate::engine::{Engine, EngineError, NodeRef};
 use crate::json;
 
 /// The arguments of [`get_channelwise_data_distribution`].

@@ -28,7 +28,7 @@ use std::str::FromStr;
 
 use std::marker::PhantomData;
 
-use hmct_ir::{NodeId, QType, TensorType};
+use hmct_ir::{NodeId, QType, TensorType, close_matches, did_you_mean};
 use hmct_metrics::{
     Metric, Table, format_value, python_repr, sensitivity_header, sensitivity_row, sort_worst_first,
 };
@@ -36,7 +36,7 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{Engine, EngineError, NodeRef, Probe, Timings, close_matches, quote_list};
+use crate::engine::{Engine, EngineError, NodeRef, Probe, Timings};
 use crate::health::{
     DEGENERATE_SAMPLE, OutputSamples, SampleWarning, degenerate_samples, output_samples,
 };
@@ -134,14 +134,6 @@ impl SensitivityError {
             SensitivityError::Engine(e) => e.is_usage(),
             _ => true,
         }
-    }
-}
-
-fn did_you_mean(suggestions: &[String]) -> String {
-    if suggestions.is_empty() {
-        String::new()
-    } else {
-        format!(" (did you mean {}?)", quote_list(suggestions))
     }
 }
 

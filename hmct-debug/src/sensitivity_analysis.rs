@@ -26,13 +26,13 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use hmct_ir::QType;
+use hmct_ir::{QType, close_matches, did_you_mean};
 use hmct_metrics::Metric;
 use hmct_plot::{Baseline, Figure, Format, LineChart, LineKind, LineSeries, Marker, Rgb};
 use hmct_quant::{Base, Override};
 use serde::{Serialize, Serializer};
 
-use crate::engine::{Engine, EngineError, NodeRef, Probe, Timings, close_matches};
+use crate::engine::{Engine, EngineError, NodeRef, Probe, Timings};
 use crate::json;
 use crate::sensitivity::{SensitivityError, SensitivityOptions, get_sensitivity_of_nodes};
 
@@ -81,17 +81,6 @@ impl FromStr for DequantQType {
                 suggestions: close_matches(s, DequantQType::NAMES),
             }),
         }
-    }
-}
-
-fn did_you_mean(suggestions: &[String]) -> String {
-    if suggestions.is_empty() {
-        String::new()
-    } else {
-        format!(
-            " (did you mean {}?)",
-            crate::engine::quote_list(suggestions)
-        )
     }
 }
 

@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeSet, HashSet};
 
+use crate::suggest::suggest;
 use crate::{IrError, Model, NodeId, QType, TensorType, input_calibrations};
 
 /// One edit. Names may be regular nodes or calibration nodes (see each variant).
@@ -418,43 +419,4 @@ fn node_or_value(model: &Model, name: &str) -> Result<Option<NodeId>, EditError>
         name: name.to_string(),
         suggestions: suggest(name, candidates),
     })
-}
-
-/// Up to three candidates close to `name`: edit distance within a third of the
-/// name's length (at least 2), or a case-insensitive substring match; closest first.
-pub fn suggest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Vec<String> {
-    let lower = name.to_lowercase();
-    let limit = (name.chars().count() / 3).max(2);
-    let mut scored: Vec<(usize, &str)> = candidates
-        .into_iter()
-        .filter_map(|c| {
-            let d = levenshtein(&lower, &c.to_lowercase());
-            let contains = lower.len() >= 3 && c.to_lowercase().contains(&lower);
-            (d <= limit || contains).then_some((d, c))
-        })
-        .collect();
-    scored.sort();
-    scored.dedup_by(|a, b| a.1 == b.1);
-    scored
-        .into_iter()
-        .take(3)
-        .map(|(_, c)| c.to_string())
-        .collect()
-}
-
-fn levenshtein(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (above + 1)
-                .min(row[j] + 1)
-                .min(diagonal + usize::from(ca != cb));
-            diagonal = above;
-        }
-    }
-    row[b.len()]
 }
