@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeSet, HashSet};
 
-use crate::suggest::suggest;
+use crate::suggest::{close_matches, did_you_mean};
 use crate::{IrError, Model, NodeId, QType, TensorType, input_calibrations};
 
 /// One edit. Names may be regular nodes or calibration nodes (see each variant).
@@ -97,15 +97,6 @@ pub enum EditError {
     EmptySubgraph(String),
     #[error(transparent)]
     Ir(#[from] IrError),
-}
-
-fn did_you_mean(suggestions: &[String]) -> String {
-    if suggestions.is_empty() {
-        String::new()
-    } else {
-        let quoted: Vec<String> = suggestions.iter().map(|s| format!("'{s}'")).collect();
-        format!("; did you mean {}?", quoted.join(", "))
-    }
 }
 
 fn list_or_none(names: &[String]) -> String {
@@ -222,7 +213,7 @@ pub fn resolve(model: &Model, edit: &Edit) -> Result<Vec<NodeId>, EditError> {
                     let types: Vec<&str> = model.type2nodes().keys().map(String::as_str).collect();
                     return Err(EditError::UnknownOpType {
                         op_type: op.clone(),
-                        suggestions: suggest(op, types),
+                        suggestions: close_matches(op, types),
                     });
                 }
                 let found: Vec<NodeId> = ids
@@ -392,7 +383,7 @@ fn node_by_name(model: &Model, name: &str) -> Result<NodeId, EditError> {
         .copied()
         .ok_or_else(|| EditError::UnknownNode {
             name: name.to_string(),
-            suggestions: suggest(name, model.node_mappings().keys().map(String::as_str)),
+            suggestions: close_matches(name, model.node_mappings().keys().map(String::as_str)),
         })
 }
 
@@ -417,6 +408,6 @@ fn node_or_value(model: &Model, name: &str) -> Result<Option<NodeId>, EditError>
         .collect();
     Err(EditError::UnknownNodeOrValue {
         name: name.to_string(),
-        suggestions: suggest(name, candidates),
+        suggestions: close_matches(name, candidates),
     })
 }

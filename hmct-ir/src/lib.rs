@@ -49,4 +49,4 @@ pub use search::{
     find_output_calibration, input_calibrations, is_quantized, is_skippable, quantized_consumers,
     quantized_nodes,
 };
-pub use suggest::{close_matches, did_you_mean, quote_list, suggest};
+pub use suggest::{close_matches, did_you_mean, quote_list};

@@ -42,28 +42,6 @@ pub fn quote_list(items: &[String]) -> String {
     }
 }
 
-/// Up to three candidates close to `name`: edit distance within a third of the
-/// name's length (at least 2), or a case-insensitive substring match; closest first.
-pub fn suggest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Vec<String> {
-    let lower = name.to_lowercase();
-    let limit = (name.chars().count() / 3).max(2);
-    let mut scored: Vec<(usize, &str)> = candidates
-        .into_iter()
-        .filter_map(|c| {
-            let d = levenshtein(&lower, &c.to_lowercase());
-            let contains = lower.len() >= 3 && c.to_lowercase().contains(&lower);
-            (d <= limit || contains).then_some((d, c))
-        })
-        .collect();
-    scored.sort();
-    scored.dedup_by(|a, b| a.1 == b.1);
-    scored
-        .into_iter()
-        .take(3)
-        .map(|(_, c)| c.to_string())
-        .collect()
-}
-
 /// 1 minus the edit distance over the longer length, in characters (1 for two empty
 /// names).
 fn similarity(a: &str, b: &str) -> f64 {
