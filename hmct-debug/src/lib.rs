@@ -11,6 +11,7 @@ pub mod engine;
 pub mod health;
 pub mod info;
 pub mod json;
+pub mod layout;
 pub mod mixed_precision;
 pub mod outliers;
 pub mod precision_table;
