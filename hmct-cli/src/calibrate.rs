@@ -230,13 +230,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     };
     let result = hmct_debug::calibrate::calibrate(&model, &args.data, &options, &progress);
     bar.finish_and_clear();
-    let calibrated = result.map_err(|e| -> anyhow::Error {
-        if e.is_usage() {
-            UsageError(e.to_string()).into()
-        } else {
-            e.into()
-        }
-    })?;
+    let calibrated = result?;
     hmct_ir::save_model(&calibrated.model, &args.output)?;
     if let Some(path) = &args.json {
         crate::common::write_json(path, &calibrated.report)?;

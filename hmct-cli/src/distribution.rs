@@ -87,7 +87,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         Ok(r) => r,
         Err(e) => {
             folder.discard();
-            return Err(if e.is_usage() { usage(e) } else { e.into() });
+            return Err(e.into());
         }
     };
     let written = folder.write_figures_and_json(args.json.as_deref(), &result, || {

@@ -120,7 +120,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         // A reader that went away (`| head`) is not a failure of ours.
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
-        Err(e) if e.downcast_ref::<UsageError>().is_some() => {
+        Err(e) if is_usage(&e) => {
             eprintln!("error: {}", one_line(&e));
             ExitCode::from(2)
         }
@@ -169,6 +169,12 @@ fn seed_flags(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::O
         }
     })
     .collect()
+}
+
+/// A mistake in the command line: a [`UsageError`], or a library error that says so
+/// of itself; decided here once, whatever context the sub-command added.
+fn is_usage(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<UsageError>().is_some() || hmct_debug::usage::is_usage(e.as_ref())
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {

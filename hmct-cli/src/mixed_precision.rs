@@ -145,7 +145,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     };
     let result = mixed_precision(&engine, &options, &progress);
     bar.finish_and_clear();
-    let result = result.map_err(|e| if e.is_usage() { usage(e) } else { e.into() })?;
+    let result = result?;
 
     print_curve(&result, out).context("writing to stdout")?;
     let written = write_mixed_precision(engine.model(), &result, &args.save_dir)?;

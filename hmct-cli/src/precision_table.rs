@@ -9,7 +9,6 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use hmct_debug::engine::EngineError;
 use hmct_debug::precision_table::{PrecisionTable, PrecisionTableOptions, precision_table};
 
 use crate::UsageError;
@@ -65,10 +64,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         &progress,
     );
     bar.finish_and_clear();
-    let result = result.map_err(|e| match e {
-        EngineError::DataNum { .. } | EngineError::ZeroDataNum => UsageError(e.to_string()).into(),
-        e => anyhow::Error::from(e),
-    })?;
+    let result = result?;
     if let Some(path) = &args.json {
         crate::common::write_json(path, &result)?;
     }

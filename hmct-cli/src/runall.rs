@@ -194,7 +194,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     if result.is_err() {
         folder.discard();
     }
-    let summary = result.map_err(|e| if e.is_usage() { usage(e) } else { e.into() })?;
+    let summary = result?;
 
     // Findings go to stderr with the progress, so stdout stays the run's summary.
     let health = &summary.health_report;

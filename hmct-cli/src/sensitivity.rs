@@ -155,7 +155,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     };
     let result = get_sensitivity_of_nodes(&engine, &parsed.options, &progress);
     bar.finish_and_clear();
-    let result = result.map_err(|e| if e.is_usage() { usage(e) } else { e.into() })?;
+    let result = result?;
 
     let table = result.render();
     if parsed.verbose {

@@ -21,3 +21,4 @@ pub mod sensitivity;
 pub mod sensitivity_analysis;
 pub mod shard;
 pub mod task_metric;
+pub mod usage;
