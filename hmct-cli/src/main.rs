@@ -131,13 +131,14 @@ fn main() -> ExitCode {
     }
 }
 
-/// The error and its causes on one line. Many library errors already quote their
-/// cause in their own message (`"{step}: {source}"`); such a cause is not repeated.
+/// The error and its causes on one line, joined with ": ". Errors do not quote their
+/// cause (it is their `source`); the few of hmct-quant and hmct-plot that still end
+/// with it are not repeated.
 fn one_line(e: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in e.chain() {
         let text = cause.to_string();
-        if line.contains(&text) {
+        if line.ends_with(&text) {
             continue;
         }
         if !line.is_empty() {

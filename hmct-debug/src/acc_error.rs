@@ -101,7 +101,7 @@ pub enum AccError {
     NoCalibrationsOfKind(&'static str),
     #[error("the model has no quantized regular nodes: there is nothing to plot along")]
     NoQuantizedNodes,
-    #[error("cannot create folder {}: {source}", path.display())]
+    #[error("cannot create folder {}", path.display())]
     CreateDir {
         path: PathBuf,
         #[source]
@@ -109,7 +109,7 @@ pub enum AccError {
     },
     #[error(transparent)]
     Plot(#[from] hmct_plot::PlotError),
-    #[error("cannot write {}: {source}", path.display())]
+    #[error("cannot write {}", path.display())]
     Write {
         path: PathBuf,
         // Boxed: IrError is large and this is the rare path.

@@ -155,7 +155,7 @@ impl Default for CalibrateOptions {
 pub enum CalibrateError {
     #[error(transparent)]
     Ir(#[from] IrError),
-    #[error("{file}: {source}")]
+    #[error("{file}")]
     Plan {
         file: String,
         #[source]

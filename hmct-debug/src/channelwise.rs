@@ -70,7 +70,7 @@ pub enum ChannelwiseError {
     NotNumeric { node: String, dtype: String },
     #[error("'{node}': {message}")]
     Stats { node: String, message: String },
-    #[error("cannot create folder {}: {source}", path.display())]
+    #[error("cannot create folder {}", path.display())]
     CreateDir {
         path: PathBuf,
         #[source]
@@ -78,7 +78,7 @@ pub enum ChannelwiseError {
     },
     #[error(transparent)]
     Plot(#[from] hmct_plot::PlotError),
-    #[error("cannot write {}: {source}", path.display())]
+    #[error("cannot write {}", path.display())]
     Write {
         path: PathBuf,
         // Boxed: IrError is large and this is the rare path.

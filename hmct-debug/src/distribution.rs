@@ -71,7 +71,7 @@ pub enum DistributionError {
     },
     #[error("weight calibration node '{node}': {message}")]
     FakeQuant { node: String, message: String },
-    #[error("cannot create folder {}: {source}", path.display())]
+    #[error("cannot create folder {}", path.display())]
     CreateDir {
         path: PathBuf,
         #[source]

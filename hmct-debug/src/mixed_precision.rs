@@ -65,7 +65,7 @@ pub enum MixedPrecisionError {
         qtype: PromoteQType,
         message: String,
     },
-    #[error("cannot build the promoted model: {0}")]
+    #[error("cannot build the promoted model")]
     Edit(#[from] hmct_ir::EditError),
     #[error("{}: {message}", path.display())]
     Write { path: PathBuf, message: String },

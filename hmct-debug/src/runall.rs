@@ -116,22 +116,22 @@ impl Default for RunallOptions {
 /// Errors of a step, or of the result folder.
 #[derive(Debug, thiserror::Error)]
 pub enum RunallError {
-    #[error("{step}: {source}")]
+    #[error("{step}")]
     Sensitivity {
         step: &'static str,
         source: SensitivityError,
     },
-    #[error("data distribution: {0}")]
+    #[error("data distribution")]
     Distribution(#[from] DistributionError),
-    #[error("channel-wise distribution: {0}")]
+    #[error("channel-wise distribution")]
     Channelwise(#[from] ChannelwiseError),
-    #[error("accumulated error: {0}")]
+    #[error("accumulated error")]
     AccError(#[from] AccError),
-    #[error("sensitivity analysis: {0}")]
+    #[error("sensitivity analysis")]
     Analysis(#[from] AnalysisError),
-    #[error("health checks: {0}")]
+    #[error("health checks")]
     Health(#[from] HealthError),
-    #[error("report: {0}")]
+    #[error("report")]
     Report(#[from] ReportError),
     #[error(transparent)]
     Names(EngineError),
