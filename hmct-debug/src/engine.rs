@@ -543,13 +543,6 @@ impl Engine {
         }
     }
 
-    /// Drops every cached capture.
-    pub fn clear_cache(&self) {
-        let mut cache = self.lock_cache();
-        cache.entries.clear();
-        cache.bytes = 0;
-    }
-
     /// Bytes of cached activations.
     pub fn cached_bytes(&self) -> usize {
         self.lock_cache().bytes
