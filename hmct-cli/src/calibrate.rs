@@ -67,9 +67,8 @@ pub struct Args {
     /// Use only the first N samples.
     #[arg(short = 'n', long = "data-num", visible_alias = "data_num")]
     pub data_num: Option<usize>,
-    /// Worker threads (0 = all cores).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
+    #[command(flatten)]
+    pub workers: crate::common::Threads,
     /// Also write what was inserted as JSON.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -217,7 +216,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
             None => Vec::new(),
         },
         data_num: args.data_num,
-        threads: args.threads,
+        threads: args.workers.threads,
     };
     let model = hmct_ir::load_model(&args.model)?;
     let bar = ProgressBar::new(0).with_style(

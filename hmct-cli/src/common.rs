@@ -12,6 +12,34 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::UsageError;
 
+/// The model and data an analysis runs on (the first two arguments).
+#[derive(Debug, clap::Args)]
+pub struct ModelData {
+    /// The calibrated ONNX model.
+    pub model: PathBuf,
+    /// Calibration-data folder: one sub-folder per model input with 0.npy, 1.npy, ...
+    pub data: PathBuf,
+}
+
+/// How an analysis' engine runs: worker threads and the activation cache.
+#[derive(Debug, clap::Args)]
+pub struct EngineArgs {
+    /// Worker threads (0 = all cores). Results do not depend on it.
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Memory for cached activations in MB (default: half the available memory).
+    #[arg(long = "cache-mb", visible_alias = "cache_mb", value_name = "MB")]
+    pub cache_mb: Option<usize>,
+}
+
+/// Worker threads, for the commands that keep no activation cache.
+#[derive(Debug, clap::Args)]
+pub struct Threads {
+    /// Worker threads (0 = all cores).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+}
+
 /// A mistake in the arguments: one line, exit status 2.
 pub(crate) fn usage(e: impl std::fmt::Display) -> anyhow::Error {
     UsageError(e.to_string()).into()

@@ -16,10 +16,8 @@ use crate::common;
 /// Arguments of `outliers`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The calibrated ONNX model.
-    pub model: PathBuf,
-    /// Calibration-data folder: one sub-folder per model input with 0.npy, 1.npy, ...
-    pub data: PathBuf,
+    #[command(flatten)]
+    pub input: crate::common::ModelData,
     /// Use the first N samples; ratios are averaged over them.
     #[arg(
         short = 'd',
@@ -46,12 +44,8 @@ pub struct Args {
     /// Also write the result as JSON here.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Worker threads (0 = all cores). Results do not depend on it.
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
-    /// Memory for cached activations in MB (default: half the available memory).
-    #[arg(long = "cache-mb", visible_alias = "cache_mb", value_name = "MB")]
-    pub cache_mb: Option<usize>,
+    #[command(flatten)]
+    pub engine: crate::common::EngineArgs,
 }
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
@@ -65,7 +59,12 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         ))
         .into());
     }
-    let engine = common::open_engine(&args.model, &args.data, args.threads, args.cache_mb)?;
+    let engine = common::open_engine(
+        &args.input.model,
+        &args.input.data,
+        args.engine.threads,
+        args.engine.cache_mb,
+    )?;
     let bar = common::progress_bar("samples {bar:30} {pos}/{len} ({elapsed}, eta {eta})");
     let progress = |_done: usize, total: usize| {
         bar.set_length(total as u64);

@@ -21,10 +21,8 @@ use crate::common::{self, flat, list, node_list, usage};
 /// Arguments of `runall`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The calibrated ONNX model.
-    pub model: PathBuf,
-    /// Calibration-data folder: one sub-folder per model input with 0.npy, 1.npy, ...
-    pub data: PathBuf,
+    #[command(flatten)]
+    pub input: crate::common::ModelData,
     /// Result folder (created if missing; a re-run replaces runall's entries in it).
     #[arg(
         short = 's',
@@ -96,12 +94,8 @@ pub struct Args {
     /// Also write summary.json's content here.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Worker threads (0 = all cores). Results do not depend on it.
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
-    /// Memory for cached activations in MB (default: half the available memory).
-    #[arg(long = "cache-mb", visible_alias = "cache_mb", value_name = "MB")]
-    pub cache_mb: Option<usize>,
+    #[command(flatten)]
+    pub engine: crate::common::EngineArgs,
 }
 
 fn boolean(flag: &str, value: &str) -> Result<bool> {
@@ -167,7 +161,12 @@ fn options(args: &Args) -> Result<(RunallOptions, bool)> {
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let (options, verbose) = options(args)?;
-    let engine = common::open_engine(&args.model, &args.data, args.threads, args.cache_mb)?;
+    let engine = common::open_engine(
+        &args.input.model,
+        &args.input.data,
+        args.engine.threads,
+        args.engine.cache_mb,
+    )?;
 
     let bar = common::progress_bar("{msg:26} {bar:30} {pos}/{len} ({elapsed})");
     let current = Mutex::new(String::new());

@@ -25,10 +25,8 @@ use crate::common::{self, flat, list, usage};
 /// Arguments of `get-sensitivity-of-nodes`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The calibrated ONNX model.
-    pub model: PathBuf,
-    /// Calibration-data folder: one sub-folder per model input with 0.npy, 1.npy, ...
-    pub data: PathBuf,
+    #[command(flatten)]
+    pub input: crate::common::ModelData,
     /// Metric or list of metrics (cosine-similarity, mse, mre, sqnr, chebyshev);
     /// the result is sorted by the first. E.g. "['cosine-similarity','mse']".
     #[arg(short = 'm', long = "metrics", default_value = "cosine-similarity")]
@@ -146,7 +144,12 @@ fn parse(args: &Args) -> Result<Parsed> {
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let parsed = parse(args)?;
-    let engine = common::open_engine(&args.model, &args.data, args.threads, args.cache_mb)?;
+    let engine = common::open_engine(
+        &args.input.model,
+        &args.input.data,
+        args.threads,
+        args.cache_mb,
+    )?;
 
     let bar = common::progress_bar("probing {bar:30} {pos}/{len} runs ({elapsed}, eta {eta})");
     let progress = |_done: usize, total: usize| {
