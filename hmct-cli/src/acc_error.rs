@@ -138,12 +138,7 @@ fn parse_metric(value: &str) -> Result<Metric> {
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let options = parse(args)?;
     let format = parse_format(&args.format)?;
-    let engine = open_engine(
-        &args.input.model,
-        &args.input.data,
-        args.engine.threads,
-        args.engine.cache_mb,
-    )?;
+    let engine = open_engine(&args.input, args.engine.threads, args.engine.cache_mb)?;
     // Fail on an unwritable folder before the analysis, not after it.
     let folder = OutputFolder::prepare(&args.save_dir)?;
     let bar = common::progress_bar("probing {bar:30} {pos}/{len} runs ({elapsed}, eta {eta})");

@@ -70,12 +70,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         return Err(usage("--nodes_list is empty"));
     }
     let format = parse_format(&args.format)?;
-    let engine = open_engine(
-        &args.input.model,
-        &args.input.data,
-        args.workers.threads,
-        Some(0),
-    )?;
+    let engine = open_engine(&args.input, args.workers.threads, Some(0))?;
     let folder = OutputFolder::prepare(&args.save_dir)?;
     let options = ChannelwiseOptions {
         nodes,

@@ -126,11 +126,11 @@ pub(crate) fn write_json<T: serde::Serialize + ?Sized>(path: &Path, value: &T) -
 /// Loads the model and opens the engine on the data, caching activations within
 /// `cache_mb` (default: half the available memory).
 pub(crate) fn open_engine(
-    model: &Path,
-    data: &Path,
+    input: &ModelData,
     threads: usize,
     cache_mb: Option<usize>,
 ) -> Result<Engine> {
+    let (model, data) = (input.model.as_path(), input.data.as_path());
     let loaded = hmct_ir::load_model(model)?;
     let cache_bytes = cache_mb
         .unwrap_or_else(default_cache_mb)

@@ -73,12 +73,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         return Err(usage("--bins must be at least 1"));
     }
     let format = parse_format(&args.format)?;
-    let engine = open_engine(
-        &args.input.model,
-        &args.input.data,
-        args.workers.threads,
-        Some(0),
-    )?;
+    let engine = open_engine(&args.input, args.workers.threads, Some(0))?;
     let folder = OutputFolder::prepare(&args.save_dir)?;
     let options = DistributionOptions {
         nodes,

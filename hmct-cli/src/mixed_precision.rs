@@ -126,12 +126,7 @@ fn read_ranking(path: &std::path::Path) -> Result<hmct_debug::sensitivity::Sensi
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let options = parse(args)?;
-    let engine = common::open_engine(
-        &args.input.model,
-        &args.input.data,
-        args.engine.threads,
-        args.engine.cache_mb,
-    )?;
+    let engine = common::open_engine(&args.input, args.engine.threads, args.engine.cache_mb)?;
 
     let bar = common::progress_bar("{msg} {bar:30} {pos}/{len} ({elapsed})");
     let progress = |stage: Stage, done: usize, total: usize| {

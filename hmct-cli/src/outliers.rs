@@ -59,12 +59,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         ))
         .into());
     }
-    let engine = common::open_engine(
-        &args.input.model,
-        &args.input.data,
-        args.engine.threads,
-        args.engine.cache_mb,
-    )?;
+    let engine = common::open_engine(&args.input, args.engine.threads, args.engine.cache_mb)?;
     let bar = common::progress_bar("samples {bar:30} {pos}/{len} ({elapsed}, eta {eta})");
     let progress = |_done: usize, total: usize| {
         bar.set_length(total as u64);

@@ -43,12 +43,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         return Err(UsageError("data_num must be at least 1".into()).into());
     }
     let shard = common::shard_arg(args.shard.as_deref(), args.json.is_some(), false)?;
-    let engine = common::open_engine(
-        &args.input.model,
-        &args.input.data,
-        args.engine.threads,
-        args.engine.cache_mb,
-    )?;
+    let engine = common::open_engine(&args.input, args.engine.threads, args.engine.cache_mb)?;
     let bar = common::progress_bar("probing {bar:30} {pos}/{len} runs ({elapsed}, eta {eta})");
     let progress = |_done: usize, total: usize| {
         bar.set_length(total as u64);

@@ -161,12 +161,7 @@ fn options(args: &Args) -> Result<(RunallOptions, bool)> {
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let (options, verbose) = options(args)?;
-    let engine = common::open_engine(
-        &args.input.model,
-        &args.input.data,
-        args.engine.threads,
-        args.engine.cache_mb,
-    )?;
+    let engine = common::open_engine(&args.input, args.engine.threads, args.engine.cache_mb)?;
 
     let bar = common::progress_bar("{msg:26} {bar:30} {pos}/{len} ({elapsed})");
     let current = Mutex::new(String::new());

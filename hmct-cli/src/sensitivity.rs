@@ -144,12 +144,7 @@ fn parse(args: &Args) -> Result<Parsed> {
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let parsed = parse(args)?;
-    let engine = common::open_engine(
-        &args.input.model,
-        &args.input.data,
-        args.threads,
-        args.cache_mb,
-    )?;
+    let engine = common::open_engine(&args.input, args.threads, args.cache_mb)?;
 
     let bar = common::progress_bar("probing {bar:30} {pos}/{len} runs ({elapsed}, eta {eta})");
     let progress = |_done: usize, total: usize| {

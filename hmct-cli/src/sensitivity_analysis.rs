@@ -107,12 +107,7 @@ fn parse(args: &Args) -> Result<SensitivityAnalysisOptions> {
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let options = parse(args)?;
-    let engine = common::open_engine(
-        &args.input.model,
-        &args.input.data,
-        args.engine.threads,
-        args.engine.cache_mb,
-    )?;
+    let engine = common::open_engine(&args.input, args.engine.threads, args.engine.cache_mb)?;
 
     // Fail on an unwritable folder before the analysis, not after it.
     let folder = OutputFolder::prepare(&args.save_dir)?;
