@@ -26,10 +26,8 @@ use crate::common::{self, OutputFolder, node_list, open_engine, parse_format, us
 /// Arguments of `plot-acc-error`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The calibrated ONNX model.
-    pub model: PathBuf,
-    /// Calibration-data folder: one sub-folder per model input with 0.npy, 1.npy, ...
-    pub data: PathBuf,
+    #[command(flatten)]
+    pub input: crate::common::ModelData,
     /// Quantize only these nodes, the rest float: "['Conv_2','Conv_9']" (one curve
     /// each), "[['Conv_2'],['Conv_2','Conv_9']]" (one curve per group), or
     /// "['weight','activation']".
@@ -84,12 +82,8 @@ pub struct Args {
     /// Also write the whole result as JSON here.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Worker threads (0 = all cores). Results do not depend on it.
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
-    /// Memory for cached activations in MB (default: half the available memory).
-    #[arg(long = "cache-mb", visible_alias = "cache_mb", value_name = "MB")]
-    pub cache_mb: Option<usize>,
+    #[command(flatten)]
+    pub engine: crate::common::EngineArgs,
 }
 
 fn parse(args: &Args) -> Result<AccErrorOptions> {
@@ -144,7 +138,7 @@ fn parse_metric(value: &str) -> Result<Metric> {
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let options = parse(args)?;
     let format = parse_format(&args.format)?;
-    let engine = open_engine(&args.model, &args.data, args.threads, args.cache_mb)?;
+    let engine = open_engine(&args.input, args.engine.threads, args.engine.cache_mb)?;
     // Fail on an unwritable folder before the analysis, not after it.
     let folder = OutputFolder::prepare(&args.save_dir)?;
     let bar = common::progress_bar("probing {bar:30} {pos}/{len} runs ({elapsed}, eta {eta})");
@@ -158,7 +152,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         Ok(r) => r,
         Err(e) => {
             folder.discard();
-            return Err(if e.is_usage() { usage(e) } else { e.into() });
+            return Err(e.into());
         }
     };
     let written = folder.write_figures_and_json(args.json.as_deref(), &result, || {

@@ -9,9 +9,9 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use hmct_debug::calibrate::{
     CalibrateError, CalibrateOptions, CalibrationReport, DEFAULT_OP_TYPES, Method, ONNX_OP_TYPES,
-    close_matches, is_onnx_op,
+    is_onnx_op,
 };
-use hmct_ir::QType;
+use hmct_ir::{QType, close_matches};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::UsageError;
@@ -67,9 +67,8 @@ pub struct Args {
     /// Use only the first N samples.
     #[arg(short = 'n', long = "data-num", visible_alias = "data_num")]
     pub data_num: Option<usize>,
-    /// Worker threads (0 = all cores).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
+    #[command(flatten)]
+    pub workers: crate::common::Threads,
     /// Also write what was inserted as JSON.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -217,7 +216,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
             None => Vec::new(),
         },
         data_num: args.data_num,
-        threads: args.threads,
+        threads: args.workers.threads,
         cancel: None,
     };
     let model = hmct_ir::load_model(&args.model)?;
@@ -231,18 +230,10 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     };
     let result = hmct_debug::calibrate::calibrate(&model, &args.data, &options, &progress);
     bar.finish_and_clear();
-    let calibrated = result.map_err(|e| -> anyhow::Error {
-        if e.is_usage() {
-            UsageError(e.to_string()).into()
-        } else {
-            e.into()
-        }
-    })?;
+    let calibrated = result?;
     hmct_ir::save_model(&calibrated.model, &args.output)?;
     if let Some(path) = &args.json {
-        let mut json = serde_json::to_vec_pretty(&calibrated.report)?;
-        json.push(b'\n');
-        hmct_ir::write_atomic(path, &json)?;
+        crate::common::write_json(path, &calibrated.report)?;
     }
     print_summary(&calibrated.report, args, start.elapsed().as_secs_f64(), out)
         .context("writing to stdout")

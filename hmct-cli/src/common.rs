@@ -12,6 +12,34 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::UsageError;
 
+/// The model and data an analysis runs on (the first two arguments).
+#[derive(Debug, clap::Args)]
+pub struct ModelData {
+    /// The calibrated ONNX model.
+    pub model: PathBuf,
+    /// Calibration-data folder: one sub-folder per model input with 0.npy, 1.npy, ...
+    pub data: PathBuf,
+}
+
+/// How an analysis' engine runs: worker threads and the activation cache.
+#[derive(Debug, clap::Args)]
+pub struct EngineArgs {
+    /// Worker threads (0 = all cores). Results do not depend on it.
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Memory for cached activations in MB (default: half the available memory).
+    #[arg(long = "cache-mb", visible_alias = "cache_mb", value_name = "MB")]
+    pub cache_mb: Option<usize>,
+}
+
+/// Worker threads, for the commands that keep no activation cache.
+#[derive(Debug, clap::Args)]
+pub struct Threads {
+    /// Worker threads (0 = all cores).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+}
+
 /// A mistake in the arguments: one line, exit status 2.
 pub(crate) fn usage(e: impl std::fmt::Display) -> anyhow::Error {
     UsageError(e.to_string()).into()
@@ -89,14 +117,20 @@ pub(crate) fn parse_format(value: &str) -> Result<Format> {
     }
 }
 
+/// Writes `value` to `path` as the analyses write their JSON, atomically.
+pub(crate) fn write_json<T: serde::Serialize + ?Sized>(path: &Path, value: &T) -> Result<()> {
+    hmct_ir::write_atomic(path, &hmct_debug::json::pretty(value)?)?;
+    Ok(())
+}
+
 /// Loads the model and opens the engine on the data, caching activations within
 /// `cache_mb` (default: half the available memory).
 pub(crate) fn open_engine(
-    model: &Path,
-    data: &Path,
+    input: &ModelData,
     threads: usize,
     cache_mb: Option<usize>,
 ) -> Result<Engine> {
+    let (model, data) = (input.model.as_path(), input.data.as_path());
     let loaded = hmct_ir::load_model(model)?;
     let cache_bytes = cache_mb
         .unwrap_or_else(default_cache_mb)
@@ -188,11 +222,7 @@ impl OutputFolder {
         E: Into<anyhow::Error>,
     {
         let json_bytes = match json {
-            Some(_) => {
-                let mut bytes = serde_json::to_vec_pretty(result)?;
-                bytes.push(b'\n');
-                Some(bytes)
-            }
+            Some(_) => Some(hmct_debug::json::pretty(result)?),
             None => None,
         };
         let written = write_figures().map_err(|e| {

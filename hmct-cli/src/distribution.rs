@@ -23,10 +23,8 @@ use crate::common::{OutputFolder, open_engine, parse_format, usage};
 /// Arguments of `plot-distribution`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The calibrated ONNX model.
-    pub model: PathBuf,
-    /// Calibration-data folder: one sub-folder per model input with 0.npy, 1.npy, ...
-    pub data: PathBuf,
+    #[command(flatten)]
+    pub input: crate::common::ModelData,
     /// Nodes to plot, in any mix: activation calibration nodes, weight calibration
     /// nodes, regular nodes. E.g. "['317_HzCalibration','Conv_2']".
     #[arg(
@@ -57,9 +55,8 @@ pub struct Args {
     /// Also write the result (statistics and histogram counts) as JSON here.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Worker threads (0 = all cores).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
+    #[command(flatten)]
+    pub workers: crate::common::Threads,
 }
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
@@ -76,7 +73,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         return Err(usage("--bins must be at least 1"));
     }
     let format = parse_format(&args.format)?;
-    let engine = open_engine(&args.model, &args.data, args.threads, Some(0))?;
+    let engine = open_engine(&args.input, args.workers.threads, Some(0))?;
     let folder = OutputFolder::prepare(&args.save_dir)?;
     let options = DistributionOptions {
         nodes,
@@ -87,7 +84,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         Ok(r) => r,
         Err(e) => {
             folder.discard();
-            return Err(if e.is_usage() { usage(e) } else { e.into() });
+            return Err(e.into());
         }
     };
     let written = folder.write_figures_and_json(args.json.as_deref(), &result, || {

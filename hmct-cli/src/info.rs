@@ -32,9 +32,8 @@ pub struct Args {
     /// Use only the first N samples of DATA.
     #[arg(short = 'n', long = "data-num", visible_alias = "data_num")]
     pub data_num: Option<usize>,
-    /// Worker threads (0 = all cores).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
+    #[command(flatten)]
+    pub workers: crate::common::Threads,
     /// Also write the figures as JSON.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -51,7 +50,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let options = InfoOptions {
         per_node: args.per_node,
         data_num: args.data_num,
-        threads: args.threads,
+        threads: args.workers.threads,
     };
     let runner = InfoRunner::new(&model, &options)?;
     let report = match &args.data {
@@ -76,9 +75,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     print(&report, args, out).context("writing to stdout")?;
     warn_about_nan(&report);
     if let Some(path) = &args.json {
-        let mut json = serde_json::to_vec_pretty(&report)?;
-        json.push(b'\n');
-        hmct_ir::write_atomic(path, &json)?;
+        crate::common::write_json(path, &report)?;
     }
     Ok(())
 }

@@ -120,7 +120,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         // A reader that went away (`| head`) is not a failure of ours.
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
-        Err(e) if e.downcast_ref::<UsageError>().is_some() => {
+        Err(e) if is_usage(&e) => {
             eprintln!("error: {}", one_line(&e));
             ExitCode::from(2)
         }
@@ -131,13 +131,14 @@ fn main() -> ExitCode {
     }
 }
 
-/// The error and its causes on one line. Many library errors already quote their
-/// cause in their own message (`"{step}: {source}"`); such a cause is not repeated.
+/// The error and its causes on one line, joined with ": ". Errors do not quote their
+/// cause (it is their `source`); the few of hmct-quant and hmct-plot that still end
+/// with it are not repeated.
 fn one_line(e: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in e.chain() {
         let text = cause.to_string();
-        if line.contains(&text) {
+        if line.ends_with(&text) {
             continue;
         }
         if !line.is_empty() {
@@ -169,6 +170,12 @@ fn seed_flags(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::O
         }
     })
     .collect()
+}
+
+/// A mistake in the command line: a [`UsageError`], or a library error that says so
+/// of itself; decided here once, whatever context the sub-command added.
+fn is_usage(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<UsageError>().is_some() || hmct_debug::usage::is_usage(e.as_ref())
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {

@@ -127,9 +127,7 @@ fn finish<T: serde::Serialize>(
             hmct_ir::write_atomic(&log, table.as_bytes()).map(|()| vec![log])
         })?;
     } else if let Some(path) = &args.json {
-        let mut json = serde_json::to_vec_pretty(whole)?;
-        json.push(b'\n');
-        hmct_ir::write_atomic(path, &json)?;
+        crate::common::write_json(path, whole)?;
     }
     if verbose {
         out.write_all(table.as_bytes())

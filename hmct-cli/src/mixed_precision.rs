@@ -28,10 +28,8 @@ use crate::common::{self, usage};
 /// Arguments of `mixed-precision`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The calibrated ONNX model.
-    pub model: PathBuf,
-    /// Calibration-data folder: one sub-folder per model input with 0.npy, 1.npy, ...
-    pub data: PathBuf,
+    #[command(flatten)]
+    pub input: crate::common::ModelData,
     /// The metric value to reach (at least it for cosine-similarity and sqnr, at
     /// most it for mse, mre and chebyshev).
     #[arg(short = 't', long = "target")]
@@ -66,12 +64,8 @@ pub struct Args {
     /// past the target). Results do not depend on it.
     #[arg(long, default_value_t = DEFAULT_BATCH)]
     pub batch: usize,
-    /// Worker threads (0 = all cores). Results do not depend on it.
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
-    /// Memory for cached activations in MB (default: half the available memory).
-    #[arg(long = "cache-mb", visible_alias = "cache_mb", value_name = "MB")]
-    pub cache_mb: Option<usize>,
+    #[command(flatten)]
+    pub engine: crate::common::EngineArgs,
     /// Use this ranking (the --json of get-sensitivity-of-nodes on the same model,
     /// data, metric and output nodes, e.g. merged from --shard parts) instead of
     /// ranking here.
@@ -132,7 +126,7 @@ fn read_ranking(path: &std::path::Path) -> Result<hmct_debug::sensitivity::Sensi
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let options = parse(args)?;
-    let engine = common::open_engine(&args.model, &args.data, args.threads, args.cache_mb)?;
+    let engine = common::open_engine(&args.input, args.engine.threads, args.engine.cache_mb)?;
 
     let bar = common::progress_bar("{msg} {bar:30} {pos}/{len} ({elapsed})");
     let progress = |stage: Stage, done: usize, total: usize| {
@@ -145,7 +139,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     };
     let result = mixed_precision(&engine, &options, &progress);
     bar.finish_and_clear();
-    let result = result.map_err(|e| if e.is_usage() { usage(e) } else { e.into() })?;
+    let result = result?;
 
     print_curve(&result, out).context("writing to stdout")?;
     let written = write_mixed_precision(engine.model(), &result, &args.save_dir)?;

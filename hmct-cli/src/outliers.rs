@@ -8,7 +8,6 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use hmct_debug::engine::EngineError;
 use hmct_debug::outliers::{OutliersOptions, outliers};
 
 use crate::UsageError;
@@ -17,10 +16,8 @@ use crate::common;
 /// Arguments of `outliers`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The calibrated ONNX model.
-    pub model: PathBuf,
-    /// Calibration-data folder: one sub-folder per model input with 0.npy, 1.npy, ...
-    pub data: PathBuf,
+    #[command(flatten)]
+    pub input: crate::common::ModelData,
     /// Use the first N samples; ratios are averaged over them.
     #[arg(
         short = 'd',
@@ -47,12 +44,8 @@ pub struct Args {
     /// Also write the result as JSON here.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Worker threads (0 = all cores). Results do not depend on it.
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
-    /// Memory for cached activations in MB (default: half the available memory).
-    #[arg(long = "cache-mb", visible_alias = "cache_mb", value_name = "MB")]
-    pub cache_mb: Option<usize>,
+    #[command(flatten)]
+    pub engine: crate::common::EngineArgs,
 }
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
@@ -66,7 +59,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         ))
         .into());
     }
-    let engine = common::open_engine(&args.model, &args.data, args.threads, args.cache_mb)?;
+    let engine = common::open_engine(&args.input, args.engine.threads, args.engine.cache_mb)?;
     let bar = common::progress_bar("samples {bar:30} {pos}/{len} ({elapsed}, eta {eta})");
     let progress = |_done: usize, total: usize| {
         bar.set_length(total as u64);
@@ -82,14 +75,9 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         &progress,
     );
     bar.finish_and_clear();
-    let result = result.map_err(|e| match e {
-        EngineError::DataNum { .. } | EngineError::ZeroDataNum => UsageError(e.to_string()).into(),
-        e => anyhow::Error::from(e),
-    })?;
+    let result = result?;
     if let Some(path) = &args.json {
-        let mut json = serde_json::to_vec_pretty(&result)?;
-        json.push(b'\n');
-        hmct_ir::write_atomic(path, &json)?;
+        crate::common::write_json(path, &result)?;
     }
     out.write_all(result.table().render().as_bytes())
         .context("writing to stdout")?;

@@ -6,8 +6,8 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Result;
+use hmct_debug::layout::{REPORT_NAME, SUMMARY_NAME};
 use hmct_debug::report::render_report;
-use hmct_debug::runall::{REPORT_NAME, SUMMARY_NAME};
 
 use crate::common::usage;
 

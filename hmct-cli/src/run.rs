@@ -24,9 +24,8 @@ pub struct RunArgs {
     /// Run the calibrated model as written (the default).
     #[arg(long)]
     pub calibrated: bool,
-    /// Worker threads (0 = all cores).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
+    #[command(flatten)]
+    pub workers: crate::common::Threads,
     /// Run each sample this many times and print the median time per run.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub repeat: u32,
@@ -38,7 +37,7 @@ pub struct RunArgs {
 pub fn run(args: &RunArgs) -> Result<()> {
     let model = hmct_ir::load_model(&args.model)?;
     let plan = plan_model(&model).with_context(|| args.model.display().to_string())?;
-    let mut session = Session::new(plan, args.threads)?;
+    let mut session = Session::new(plan, args.workers.threads)?;
     if args.profile {
         session = session.with_profiling();
     }

@@ -10,7 +10,8 @@ use std::sync::Mutex;
 use anyhow::Result;
 use hmct_cli::listarg::{ListArg, parse_bool};
 use hmct_debug::health::Severity;
-use hmct_debug::runall::{HEALTH_NAME, RunallOptions, runall};
+use hmct_debug::layout::HEALTH_NAME;
+use hmct_debug::runall::{RunallOptions, runall};
 use hmct_debug::sensitivity::{NodeType, parse_metrics};
 use hmct_metrics::Metric;
 use hmct_plot::Format;
@@ -20,10 +21,8 @@ use crate::common::{self, flat, list, node_list, usage};
 /// Arguments of `runall`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The calibrated ONNX model.
-    pub model: PathBuf,
-    /// Calibration-data folder: one sub-folder per model input with 0.npy, 1.npy, ...
-    pub data: PathBuf,
+    #[command(flatten)]
+    pub input: crate::common::ModelData,
     /// Result folder (created if missing; a re-run replaces runall's entries in it).
     #[arg(
         short = 's',
@@ -95,12 +94,8 @@ pub struct Args {
     /// Also write summary.json's content here.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Worker threads (0 = all cores). Results do not depend on it.
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
-    /// Memory for cached activations in MB (default: half the available memory).
-    #[arg(long = "cache-mb", visible_alias = "cache_mb", value_name = "MB")]
-    pub cache_mb: Option<usize>,
+    #[command(flatten)]
+    pub engine: crate::common::EngineArgs,
 }
 
 fn boolean(flag: &str, value: &str) -> Result<bool> {
@@ -166,7 +161,7 @@ fn options(args: &Args) -> Result<(RunallOptions, bool)> {
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let (options, verbose) = options(args)?;
-    let engine = common::open_engine(&args.model, &args.data, args.threads, args.cache_mb)?;
+    let engine = common::open_engine(&args.input, args.engine.threads, args.engine.cache_mb)?;
 
     let bar = common::progress_bar("{msg:26} {bar:30} {pos}/{len} ({elapsed})");
     let current = Mutex::new(String::new());
@@ -193,7 +188,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     if result.is_err() {
         folder.discard();
     }
-    let summary = result.map_err(|e| if e.is_usage() { usage(e) } else { e.into() })?;
+    let summary = result?;
 
     // Findings go to stderr with the progress, so stdout stays the run's summary.
     let health = &summary.health_report;
@@ -255,9 +250,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         summary.seconds
     )?;
     if let Some(path) = &args.json {
-        let mut json = serde_json::to_vec_pretty(&summary)?;
-        json.push(b'\n');
-        hmct_ir::write_atomic(path, &json)?;
+        crate::common::write_json(path, &summary)?;
     }
     Ok(())
 }

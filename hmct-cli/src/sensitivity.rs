@@ -25,10 +25,8 @@ use crate::common::{self, flat, list, usage};
 /// Arguments of `get-sensitivity-of-nodes`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The calibrated ONNX model.
-    pub model: PathBuf,
-    /// Calibration-data folder: one sub-folder per model input with 0.npy, 1.npy, ...
-    pub data: PathBuf,
+    #[command(flatten)]
+    pub input: crate::common::ModelData,
     /// Metric or list of metrics (cosine-similarity, mse, mre, sqnr, chebyshev);
     /// the result is sorted by the first. E.g. "['cosine-similarity','mse']".
     #[arg(short = 'm', long = "metrics", default_value = "cosine-similarity")]
@@ -146,7 +144,7 @@ fn parse(args: &Args) -> Result<Parsed> {
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let parsed = parse(args)?;
-    let engine = common::open_engine(&args.model, &args.data, args.threads, args.cache_mb)?;
+    let engine = common::open_engine(&args.input, args.threads, args.cache_mb)?;
 
     let bar = common::progress_bar("probing {bar:30} {pos}/{len} runs ({elapsed}, eta {eta})");
     let progress = |_done: usize, total: usize| {
@@ -155,7 +153,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     };
     let result = get_sensitivity_of_nodes(&engine, &parsed.options, &progress);
     bar.finish_and_clear();
-    let result = result.map_err(|e| if e.is_usage() { usage(e) } else { e.into() })?;
+    let result = result?;
 
     let table = result.render();
     if parsed.verbose {
@@ -169,9 +167,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         hmct_ir::write_atomic(&path, table.as_bytes())?;
     }
     if let Some(path) = &args.json {
-        let mut json = serde_json::to_vec_pretty(&result)?;
-        json.push(b'\n');
-        hmct_ir::write_atomic(path, &json)?;
+        crate::common::write_json(path, &result)?;
     }
     if !parsed.verbose && args.save_dir.is_none() && args.json.is_none() {
         eprintln!(

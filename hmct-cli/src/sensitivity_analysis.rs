@@ -25,10 +25,8 @@ use crate::common::{self, OutputFolder, usage};
 /// Arguments of `sensitivity-analysis`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The calibrated ONNX model.
-    pub model: PathBuf,
-    /// Calibration-data folder: one sub-folder per model input with 0.npy, 1.npy, ...
-    pub data: PathBuf,
+    #[command(flatten)]
+    pub input: crate::common::ModelData,
     /// Without --sn: analyse the regular nodes whose cosine sensitivity is at most this.
     #[arg(
         short = 'p',
@@ -70,12 +68,8 @@ pub struct Args {
     /// Also write the result as JSON here.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Worker threads (0 = all cores). Results do not depend on it.
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
-    /// Memory for cached activations in MB (default: half the available memory).
-    #[arg(long = "cache-mb", visible_alias = "cache_mb", value_name = "MB")]
-    pub cache_mb: Option<usize>,
+    #[command(flatten)]
+    pub engine: crate::common::EngineArgs,
 }
 
 fn parse(args: &Args) -> Result<SensitivityAnalysisOptions> {
@@ -113,7 +107,7 @@ fn parse(args: &Args) -> Result<SensitivityAnalysisOptions> {
 
 pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
     let options = parse(args)?;
-    let engine = common::open_engine(&args.model, &args.data, args.threads, args.cache_mb)?;
+    let engine = common::open_engine(&args.input, args.engine.threads, args.engine.cache_mb)?;
 
     // Fail on an unwritable folder before the analysis, not after it.
     let folder = OutputFolder::prepare(&args.save_dir)?;
@@ -136,7 +130,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> Result<()> {
         Ok(r) => r,
         Err(e) => {
             folder.discard();
-            return Err(if e.is_usage() { usage(e) } else { e.into() });
+            return Err(e.into());
         }
     };
     let written = folder.write_figures_and_json(args.json.as_deref(), &result, || {

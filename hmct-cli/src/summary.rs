@@ -76,9 +76,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let summary = summarize(&model, &args.model.display().to_string());
     print(&summary, out).context("writing to stdout")?;
     if let Some(path) = &args.json {
-        let mut json = serde_json::to_vec_pretty(&summary)?;
-        json.push(b'\n');
-        hmct_ir::write_atomic(path, &json)?;
+        crate::common::write_json(path, &summary)?;
     }
     Ok(())
 }

@@ -33,6 +33,7 @@ use hmct_quant::{Base, Slot};
 use serde::Serialize;
 
 use crate::engine::{Engine, EngineError, Probe, compare};
+use crate::json;
 
 /// The two special names of `quantize_node`.
 pub const WEIGHT: &str = "weight";
@@ -100,7 +101,7 @@ pub enum AccError {
     NoCalibrationsOfKind(&'static str),
     #[error("the model has no quantized regular nodes: there is nothing to plot along")]
     NoQuantizedNodes,
-    #[error("cannot create folder {}: {source}", path.display())]
+    #[error("cannot create folder {}", path.display())]
     CreateDir {
         path: PathBuf,
         #[source]
@@ -108,7 +109,7 @@ pub enum AccError {
     },
     #[error(transparent)]
     Plot(#[from] hmct_plot::PlotError),
-    #[error("cannot write {}: {source}", path.display())]
+    #[error("cannot write {}", path.display())]
     Write {
         path: PathBuf,
         // Boxed: IrError is large and this is the rare path.
@@ -208,11 +209,11 @@ pub struct Curve {
     pub switched: Vec<String>,
     /// The metric at each point (sqnr is `inf` where the tensors are identical; JSON
     /// spells non-finite values as strings).
-    #[serde(serialize_with = "json_floats")]
+    #[serde(serialize_with = "json::numbers")]
     pub values: Vec<f64>,
     /// The running mean of `values` (present in average mode; what is plotted then).
     #[serde(
-        serialize_with = "json_floats_opt",
+        serialize_with = "json::opt_numbers",
         skip_serializing_if = "Option::is_none"
     )]
     pub averaged: Option<Vec<f64>>,
@@ -685,42 +686,5 @@ pub fn write_acc_error(
 
 /// Pretty JSON with a final newline, written atomically.
 pub(crate) fn write_json(path: &Path, value: &impl Serialize) -> Result<(), hmct_ir::IrError> {
-    let mut bytes = serde_json::to_vec_pretty(value).expect("plain data serializes");
-    bytes.push(b'\n');
-    hmct_ir::write_atomic(path, &bytes)
-}
-
-/// f64s as JSON numbers when finite, else as Python spells them (`"inf"`, `"nan"`).
-pub(crate) fn json_floats<S: serde::Serializer>(v: &[f64], s: S) -> Result<S::Ok, S::Error> {
-    use serde::ser::SerializeSeq;
-    let mut seq = s.serialize_seq(Some(v.len()))?;
-    for x in v {
-        seq.serialize_element(&JsonFloat(*x))?;
-    }
-    seq.end()
-}
-
-fn json_floats_opt<S: serde::Serializer>(v: &Option<Vec<f64>>, s: S) -> Result<S::Ok, S::Error> {
-    match v {
-        Some(v) => json_floats(v, s),
-        None => s.serialize_none(),
-    }
-}
-
-/// An f64 as a JSON number when finite, else as a string.
-pub(crate) struct JsonFloat(pub f64);
-
-impl Serialize for JsonFloat {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let v = self.0;
-        if v.is_finite() {
-            s.serialize_f64(v)
-        } else if v.is_nan() {
-            s.serialize_str("nan")
-        } else if v > 0.0 {
-            s.serialize_str("inf")
-        } else {
-            s.serialize_str("-inf")
-        }
-    }
+    hmct_ir::write_atomic(path, &json::pretty(value).expect("plain data serializes"))
 }

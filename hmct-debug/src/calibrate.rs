@@ -38,14 +38,16 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use hmct_ir::{CalibrationInsert, CalibrationSpec, IrError, Model, NodeId, QType, TensorType};
+use hmct_ir::{
+    CalibrationInsert, CalibrationSpec, IrError, Model, NodeId, QType, TensorType, close_matches,
+    did_you_mean,
+};
 use hmct_proto::onnx::StringStringEntryProto;
 use hmct_quant::{Capture, Config, PlanError, RunError, Session, Slot, plan_model};
 use hmct_tensor::{Dataset, InputSpec, Tensor, TensorError};
 use rayon::prelude::*;
 use serde::Serialize;
 
-pub use crate::engine::close_matches;
 pub use ops::{DEFAULT_OP_TYPES, ONNX_OP_TYPES, is_onnx_op};
 pub use stats::{
     AbsHistogram, kl_bins, kl_threshold, max_abs, mse_threshold, percentile_threshold,
@@ -158,7 +160,7 @@ impl Default for CalibrateOptions {
 pub enum CalibrateError {
     #[error(transparent)]
     Ir(#[from] IrError),
-    #[error("{file}: {source}")]
+    #[error("{file}")]
     Plan {
         file: String,
         #[source]
@@ -174,12 +176,12 @@ pub enum CalibrateError {
     AlreadyCalibrated { file: String, count: usize },
     #[error("{file}: nothing to quantize: {reason}")]
     NothingToQuantize { file: String, reason: String },
-    #[error("unknown op type '{name}'{}", hint(.suggestions))]
+    #[error("unknown op type '{name}'{}", did_you_mean(.suggestions))]
     UnknownOpType {
         name: String,
         suggestions: Vec<String>,
     },
-    #[error("{file}: no node named '{name}'{}", hint(.suggestions))]
+    #[error("{file}: no node named '{name}'{}", did_you_mean(.suggestions))]
     UnknownNode {
         file: String,
         name: String,
@@ -210,15 +212,6 @@ impl CalibrateError {
                 | CalibrateError::UnknownNode { .. }
                 | CalibrateError::InvalidOption(_)
         )
-    }
-}
-
-fn hint(suggestions: &[String]) -> String {
-    if suggestions.is_empty() {
-        String::new()
-    } else {
-        let quoted: Vec<String> = suggestions.iter().map(|s| format!("'{s}'")).collect();
-        format!(" (did you mean {}?)", quoted.join(" or "))
     }
 }
 

@@ -17,14 +17,14 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use hmct_ir::TensorType;
+use hmct_ir::{TensorType, quote_list};
 use hmct_plot::{BoxPlot, BoxStats, Figure, Format};
 use hmct_quant::Base;
 use serde::Serialize;
 
-use crate::acc_error::JsonFloat;
 use crate::distribution::{file_safe, to_f32};
-use crate::engine::{Engine, EngineError, NodeRef, quote_list};
+use crate::engine::{Engine, EngineError, NodeRef};
+use crate::json;
 
 /// The arguments of [`get_channelwise_data_distribution`].
 #[derive(Clone, Debug)]
@@ -70,7 +70,7 @@ pub enum ChannelwiseError {
     NotNumeric { node: String, dtype: String },
     #[error("'{node}': {message}")]
     Stats { node: String, message: String },
-    #[error("cannot create folder {}: {source}", path.display())]
+    #[error("cannot create folder {}", path.display())]
     CreateDir {
         path: PathBuf,
         #[source]
@@ -78,7 +78,7 @@ pub enum ChannelwiseError {
     },
     #[error(transparent)]
     Plot(#[from] hmct_plot::PlotError),
-    #[error("cannot write {}: {source}", path.display())]
+    #[error("cannot write {}", path.display())]
     Write {
         path: PathBuf,
         // Boxed: IrError is large and this is the rare path.
@@ -128,23 +128,23 @@ pub struct ChannelStats {
     pub channel: usize,
     /// Finite values.
     pub count: usize,
-    #[serde(serialize_with = "json_f64")]
+    #[serde(serialize_with = "json::number")]
     pub min: f64,
-    #[serde(serialize_with = "json_f64")]
+    #[serde(serialize_with = "json::number")]
     pub q1: f64,
-    #[serde(serialize_with = "json_f64")]
+    #[serde(serialize_with = "json::number")]
     pub median: f64,
-    #[serde(serialize_with = "json_f64")]
+    #[serde(serialize_with = "json::number")]
     pub mean: f64,
-    #[serde(serialize_with = "json_f64")]
+    #[serde(serialize_with = "json::number")]
     pub q3: f64,
-    #[serde(serialize_with = "json_f64")]
+    #[serde(serialize_with = "json::number")]
     pub max: f64,
-    #[serde(serialize_with = "json_f64")]
+    #[serde(serialize_with = "json::number")]
     pub max_abs: f64,
-    #[serde(serialize_with = "json_f64")]
+    #[serde(serialize_with = "json::number")]
     pub whisker_low: f64,
-    #[serde(serialize_with = "json_f64")]
+    #[serde(serialize_with = "json::number")]
     pub whisker_high: f64,
     /// How many values lie beyond the whiskers.
     pub outliers_total: usize,
@@ -436,8 +436,4 @@ pub fn write_channelwise(
         written.push(csv);
     }
     Ok(written)
-}
-
-fn json_f64<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
-    JsonFloat(*v).serialize(s)
 }

@@ -30,8 +30,8 @@ use hmct_quant::{Base, Slot};
 use hmct_tensor::Tensor;
 use serde::Serialize;
 
-use crate::acc_error::JsonFloat;
 use crate::engine::{Engine, EngineError, NodeRef};
+use crate::json;
 
 /// The arguments of [`plot_distribution`].
 #[derive(Clone, Debug)]
@@ -71,7 +71,7 @@ pub enum DistributionError {
     },
     #[error("weight calibration node '{node}': {message}")]
     FakeQuant { node: String, message: String },
-    #[error("cannot create folder {}: {source}", path.display())]
+    #[error("cannot create folder {}", path.display())]
     CreateDir {
         path: PathBuf,
         #[source]
@@ -108,15 +108,15 @@ pub struct Summary {
     /// Exact zeros (left out of value histograms).
     pub zeros: usize,
     pub non_finite: usize,
-    #[serde(serialize_with = "json_f64")]
+    #[serde(serialize_with = "json::number")]
     pub min: f64,
-    #[serde(serialize_with = "json_f64")]
+    #[serde(serialize_with = "json::number")]
     pub max: f64,
-    #[serde(serialize_with = "json_f64")]
+    #[serde(serialize_with = "json::number")]
     pub mean: f64,
-    #[serde(serialize_with = "json_f64")]
+    #[serde(serialize_with = "json::number")]
     pub std: f64,
-    #[serde(serialize_with = "json_f64")]
+    #[serde(serialize_with = "json::number")]
     pub max_abs: f64,
 }
 
@@ -206,7 +206,7 @@ pub struct DistributionItem {
     /// Cosine similarity float vs quantized (weights and regular nodes).
     #[serde(
         skip_serializing_if = "Option::is_none",
-        serialize_with = "json_f64_opt"
+        serialize_with = "json::opt_number"
     )]
     pub cosine: Option<f64>,
     pub panels: Vec<Panel>,
@@ -654,15 +654,4 @@ pub fn write_distribution(
         written.push(path);
     }
     Ok(written)
-}
-
-fn json_f64<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
-    JsonFloat(*v).serialize(s)
-}
-
-fn json_f64_opt<S: serde::Serializer>(v: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
-    match v {
-        Some(v) => JsonFloat(*v).serialize(s),
-        None => s.serialize_none(),
-    }
 }

@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hmct_ir::{Model, NodeId};
+use hmct_ir::{Model, NodeId, close_matches, did_you_mean};
 use hmct_metrics::{Metric, PairStats};
 use hmct_quant::{
     Base, Capture, Config, Override, Plan, PlanError, RunError, Session, Slot, Values,
@@ -104,50 +104,13 @@ fn describe_unknown(names: &[UnknownName]) -> String {
                     "'{}' (a tensor, not a node: it is the output of node '{node}')",
                     u.name
                 )
-            } else if u.suggestions.is_empty() {
-                format!("'{}'", u.name)
             } else {
-                format!(
-                    "'{}' (did you mean {}?)",
-                    u.name,
-                    quote_list(&u.suggestions)
-                )
+                format!("'{}'{}", u.name, did_you_mean(&u.suggestions))
             }
         })
         .collect();
     let noun = if names.len() == 1 { "node" } else { "nodes" };
     format!("unknown {noun} {}", parts.join(", "))
-}
-
-/// `'a', 'b' or 'c'`.
-pub fn quote_list(items: &[String]) -> String {
-    let quoted: Vec<String> = items.iter().map(|s| format!("'{s}'")).collect();
-    match quoted.as_slice() {
-        [] => String::new(),
-        [one] => one.clone(),
-        [init @ .., last] => format!("{} or {last}", init.join(", ")),
-    }
-}
-
-/// Up to three of `candidates` closest to `name` (normalized Levenshtein similarity
-/// of at least 0.5, or `name` contained in the candidate), best first.
-pub fn close_matches<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Vec<String> {
-    let lower = name.to_ascii_lowercase();
-    let mut scored: Vec<(f64, &str)> = candidates
-        .into_iter()
-        .filter_map(|c| {
-            let score = strsim::normalized_levenshtein(&lower, &c.to_ascii_lowercase());
-            let contains = !lower.is_empty() && c.to_ascii_lowercase().contains(&lower);
-            (score >= 0.5 || contains).then_some((score.max(if contains { 0.5 } else { 0.0 }), c))
-        })
-        .collect();
-    // Equal scores in name order, so the message does not depend on hashing.
-    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1)));
-    scored
-        .into_iter()
-        .take(3)
-        .map(|(_, c)| c.to_string())
-        .collect()
 }
 
 /// How an engine runs.
@@ -594,13 +557,6 @@ impl Engine {
             (Some(_), None) => true, // unknown size: try, the capture tells
             (Some(budget), Some(size)) => cache.bytes + missing * size <= budget,
         }
-    }
-
-    /// Drops every cached capture.
-    pub fn clear_cache(&self) {
-        let mut cache = self.lock_cache();
-        cache.entries.clear();
-        cache.bytes = 0;
     }
 
     /// Bytes of cached activations.

@@ -19,7 +19,7 @@ use crate::calibrate::input_specs;
 pub enum InfoError {
     #[error(transparent)]
     Ir(#[from] IrError),
-    #[error("{file}: {source}")]
+    #[error("{file}")]
     Plan {
         file: String,
         #[source]
@@ -29,7 +29,7 @@ pub enum InfoError {
     Run(#[from] RunError),
     #[error(transparent)]
     Data(#[from] TensorError),
-    #[error("tensor '{tensor}': {source}")]
+    #[error("tensor '{tensor}'")]
     Metric {
         tensor: String,
         #[source]

@@ -27,10 +27,11 @@ use hmct_quant::{Base, Override};
 use serde::Serialize;
 
 use crate::engine::{Engine, EngineError, NodeRef, Probe, Timings};
+use crate::json;
 use crate::sensitivity::{
     NodeType, Sensitivity, SensitivityError, SensitivityOptions, get_sensitivity_of_nodes,
 };
-use crate::sensitivity_analysis::{DequantQType, json};
+use crate::sensitivity_analysis::DequantQType;
 
 /// The precision promoted nodes get (`--qtype`): the same type as
 /// sensitivity-analysis' de-quantization.
@@ -64,7 +65,7 @@ pub enum MixedPrecisionError {
         qtype: PromoteQType,
         message: String,
     },
-    #[error("cannot build the promoted model: {0}")]
+    #[error("cannot build the promoted model")]
     Edit(#[from] hmct_ir::EditError),
     #[error("{}: {message}", path.display())]
     Write { path: PathBuf, message: String },
@@ -650,10 +651,10 @@ pub fn write_mixed_precision(
         None
     };
     let json_path = dir.join(JSON_NAME);
-    let json = pretty_json(result).map_err(|e| write_err(&json_path, e.to_string()))?;
+    let json = json::pretty(result).map_err(|e| write_err(&json_path, e.to_string()))?;
     let config_path = dir.join(QUANT_CONFIG_NAME);
     let config =
-        pretty_json(&result.quant_config()).map_err(|e| write_err(&config_path, e.to_string()))?;
+        json::pretty(&result.quant_config()).map_err(|e| write_err(&config_path, e.to_string()))?;
     std::fs::create_dir_all(dir)
         .map_err(|e| write_err(dir, format!("cannot create folder: {e}")))?;
 
@@ -692,10 +693,4 @@ pub fn write_mixed_precision(
         placed.push(config_path);
     }
     Ok(placed)
-}
-
-fn pretty_json<T: Serialize>(value: &T) -> Result<Vec<u8>, serde_json::Error> {
-    let mut v = serde_json::to_vec_pretty(value)?;
-    v.push(b'\n');
-    Ok(v)
 }

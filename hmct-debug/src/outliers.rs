@@ -29,7 +29,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::engine::{Engine, EngineError};
-use crate::sensitivity_analysis::json;
+use crate::json;
 
 /// The levels reported, as in the peer table.
 pub const LEVELS: [u32; 4] = [3, 4, 5, 6];

@@ -41,7 +41,7 @@ use std::time::Instant;
 use rayon::prelude::*;
 
 use crate::engine::{Engine, EngineError, Timings, compare};
-use crate::sensitivity_analysis::json;
+use crate::json;
 use crate::shard::{
     MergeError, Part, PartInfo, Provenance, Shard, check_sweep, cone_cost, node_costs, partition,
 };

@@ -19,6 +19,11 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::distribution::file_safe;
+use crate::health::SampleWarning;
+use crate::layout::{
+    ACC_ERROR_DIR, ANALYSIS_DIR, CHANNELWISE_DIR, DISTRIBUTION_DIR, RunallSummary, SENSITIVITY_DIR,
+    SUMMARY_NAME,
+};
 
 /// Per-node detail is given for at most this many calibration nodes.
 pub const TOP_DETAIL: usize = 20;
@@ -27,37 +32,6 @@ pub const TOP_DETAIL: usize = 20;
 pub enum ReportError {
     #[error("{}: {message}", path.display())]
     Summary { path: PathBuf, message: String },
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct Summary {
-    tool: String,
-    command: Option<Vec<String>>,
-    model: String,
-    samples: usize,
-    steps: Vec<Step>,
-    distribution_nodes: Vec<String>,
-    channelwise_nodes: Vec<String>,
-    calibrated_metric: Option<f64>,
-    float_metric: Option<f64>,
-    sensitive_nodes: Vec<String>,
-    seconds: f64,
-    health: Option<HealthIndex>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct Step {
-    name: String,
-    seconds: f64,
-    files: Vec<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct HealthIndex {
-    file: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -102,16 +76,6 @@ struct Ranking {
     compared: Vec<String>,
     warnings: Vec<SampleWarning>,
     entries: Vec<Entry>,
-}
-
-/// A degenerate sample of a ranking (`crate::health::SampleWarning`).
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct SampleWarning {
-    sample: usize,
-    output: Option<String>,
-    why: String,
-    excluded: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -175,11 +139,12 @@ struct PartialNode {
 
 /// Builds the page for the runall result folder `result_dir`.
 pub fn render_report(result_dir: &Path) -> Result<String, ReportError> {
-    let summary_path = result_dir.join(crate::runall::SUMMARY_NAME);
-    let summary: Summary = read_json(&summary_path).map_err(|message| ReportError::Summary {
-        path: summary_path.clone(),
-        message,
-    })?;
+    let summary_path = result_dir.join(SUMMARY_NAME);
+    let summary: RunallSummary =
+        read_json(&summary_path).map_err(|message| ReportError::Summary {
+            path: summary_path.clone(),
+            message,
+        })?;
     let mut page = Page::new(result_dir);
     let files: Vec<&str> = summary
         .steps
@@ -193,7 +158,7 @@ pub fn render_report(result_dir: &Path) -> Result<String, ReportError> {
         .map(|h| read_json::<Health>(&result_dir.join(&h.file)).map_err(|e| (h.file.clone(), e)));
     let rankings: Vec<(String, Result<Ranking, String>)> = files
         .iter()
-        .filter(|f| f.starts_with(crate::runall::SENSITIVITY_DIR) && f.ends_with(".json"))
+        .filter(|f| f.starts_with(SENSITIVITY_DIR) && f.ends_with(".json"))
         .map(|f| (f.to_string(), read_json::<Ranking>(&result_dir.join(f))))
         .collect();
 
@@ -331,7 +296,7 @@ impl<'a> Page<'a> {
         let _ = writeln!(self.out, "<p class=\"note\">{}</p>", escape(text));
     }
 
-    fn head(&mut self, summary: &Summary) {
+    fn head(&mut self, summary: &RunallSummary) {
         let model = Path::new(&summary.model)
             .file_name()
             .map_or(summary.model.clone(), |n| n.to_string_lossy().into_owned());
@@ -351,7 +316,7 @@ impl<'a> Page<'a> {
         );
     }
 
-    fn overview(&mut self, summary: &Summary, health: Option<&Health>) {
+    fn overview(&mut self, summary: &RunallSummary, health: Option<&Health>) {
         self.w("<section id=\"overview\"><h2>Overview</h2>\n<table class=\"kv\">\n");
         let mut row = |k: &str, v: String| {
             let _ = writeln!(self.out, "<tr><th>{k}</th><td>{v}</td></tr>");
@@ -552,7 +517,7 @@ impl<'a> Page<'a> {
         self.w("<section id=\"acc-error\"><h2>Accumulated error</h2>\n");
         let jsons: Vec<&&str> = files
             .iter()
-            .filter(|f| f.starts_with(crate::runall::ACC_ERROR_DIR) && f.ends_with(".json"))
+            .filter(|f| f.starts_with(ACC_ERROR_DIR) && f.ends_with(".json"))
             .collect();
         if jsons.is_empty() {
             self.note("No accumulated-error curves in this folder.");
@@ -574,7 +539,7 @@ impl<'a> Page<'a> {
         self.w("<section id=\"partial\"><h2>Partial quantization</h2>\n");
         let Some(file) = files
             .iter()
-            .find(|f| f.starts_with(crate::runall::ANALYSIS_DIR) && f.ends_with(".json"))
+            .find(|f| f.starts_with(ANALYSIS_DIR) && f.ends_with(".json"))
         else {
             return self.end_with_note("No sensitivity analysis in this folder.");
         };
@@ -621,7 +586,7 @@ impl<'a> Page<'a> {
 
     fn details(
         &mut self,
-        summary: &Summary,
+        summary: &RunallSummary,
         files: &[&str],
         rankings: &[&Ranking],
         health: Option<&Health>,
@@ -778,13 +743,13 @@ impl<'a> Page<'a> {
             }
             let safe = file_safe(name);
             let distribution = files.iter().find(|f| {
-                f.starts_with(crate::runall::DISTRIBUTION_DIR)
+                f.starts_with(DISTRIBUTION_DIR)
                     && stem(f).is_some_and(|s| {
                         s == format!("weight_{safe}") || s == format!("activation_{safe}")
                     })
             });
             let boxplot = files.iter().find(|f| {
-                f.starts_with(crate::runall::CHANNELWISE_DIR)
+                f.starts_with(CHANNELWISE_DIR)
                     && stem(f).is_some_and(|s| s == format!("{safe}_boxplot"))
             });
             for file in [distribution, boxplot].into_iter().flatten() {
@@ -851,7 +816,7 @@ impl<'a> Page<'a> {
 /// The calibration nodes to detail, most sensitive first: the candidates of each
 /// ranking taken rank by rank in turn, cut at [`TOP_DETAIL`], plus any node runall
 /// drew figures for further down. The second value is how many were left out.
-fn detail_order(summary: &Summary, rankings: &[&Ranking]) -> (Vec<String>, usize) {
+fn detail_order(summary: &RunallSummary, rankings: &[&Ranking]) -> (Vec<String>, usize) {
     let mut order: Vec<String> = Vec::new();
     let push = |order: &mut Vec<String>, n: &str| {
         if !order.iter().any(|o| o == n) {

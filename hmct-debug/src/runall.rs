@@ -36,27 +36,20 @@ use crate::distribution::{
 };
 use crate::engine::{Engine, EngineError};
 use crate::health::{HealthError, HealthReport, check_all};
+use crate::layout::{
+    ACC_ERROR_DIR, ANALYSIS_DIR, CHANNELWISE_DIR, DISTRIBUTION_DIR, ENTRIES, HEALTH_NAME,
+    HealthCounts, REPORT_NAME, RunallSummary, SUMMARY_NAME, StepRecord, TopEntry, TopList,
+    sensitivity_file,
+};
 use crate::report::{ReportError, render_report};
 use crate::sensitivity::{
-    NodeType, Sensitivity, SensitivityError, SensitivityOptions, get_sensitivity_of_nodes,
+    NodeType, SensitivityError, SensitivityOptions, get_sensitivity_of_nodes,
 };
 use crate::sensitivity_analysis::{
-    AnalysisError, DequantQType, SensitivityAnalysis, SensitivityAnalysisOptions,
-    sensitivity_analysis, write_partial_quantization,
+    AnalysisError, DequantQType, SensitivityAnalysisOptions, sensitivity_analysis,
+    write_partial_quantization,
 };
 
-/// The sub-folders runall writes, in step order.
-pub const SENSITIVITY_DIR: &str = "node_sensitivity";
-pub const DISTRIBUTION_DIR: &str = "data_distribution";
-pub const CHANNELWISE_DIR: &str = "channelwise_distribution";
-pub const ACC_ERROR_DIR: &str = "accumulate_error";
-pub const ANALYSIS_DIR: &str = "sensitivity_analysis";
-/// The index of everything written.
-pub const SUMMARY_NAME: &str = "summary.json";
-/// The health checks' findings.
-pub const HEALTH_NAME: &str = "health.json";
-/// The HTML page over the whole folder.
-pub const REPORT_NAME: &str = "report.html";
 /// How many of the most sensitive candidates steps 3 and 4 look at.
 pub const TOP_N: usize = 5;
 
@@ -123,22 +116,22 @@ impl Default for RunallOptions {
 /// Errors of a step, or of the result folder.
 #[derive(Debug, thiserror::Error)]
 pub enum RunallError {
-    #[error("{step}: {source}")]
+    #[error("{step}")]
     Sensitivity {
         step: &'static str,
         source: SensitivityError,
     },
-    #[error("data distribution: {0}")]
+    #[error("data distribution")]
     Distribution(#[from] DistributionError),
-    #[error("channel-wise distribution: {0}")]
+    #[error("channel-wise distribution")]
     Channelwise(#[from] ChannelwiseError),
-    #[error("accumulated error: {0}")]
+    #[error("accumulated error")]
     AccError(#[from] AccError),
-    #[error("sensitivity analysis: {0}")]
+    #[error("sensitivity analysis")]
     Analysis(#[from] AnalysisError),
-    #[error("health checks: {0}")]
+    #[error("health checks")]
     Health(#[from] HealthError),
-    #[error("report: {0}")]
+    #[error("report")]
     Report(#[from] ReportError),
     #[error(transparent)]
     Names(EngineError),
@@ -163,74 +156,6 @@ impl RunallError {
             RunallError::Write { .. } => false,
         }
     }
-}
-
-/// One step as it ran.
-#[derive(Clone, Debug, Serialize)]
-pub struct StepRecord {
-    pub name: String,
-    pub seconds: f64,
-    /// Files written, relative to the result folder, in order.
-    pub files: Vec<String>,
-}
-
-/// The top of one ranking, for the summary.
-#[derive(Clone, Debug, Serialize)]
-pub struct TopEntry {
-    pub name: String,
-    pub kind: crate::sensitivity::EntryKind,
-    pub values: crate::sensitivity::MetricValues,
-}
-
-/// The top of the ranking of one node type.
-#[derive(Clone, Debug, Serialize)]
-pub struct TopList {
-    pub node_type: NodeType,
-    pub entries: Vec<TopEntry>,
-}
-
-/// The health checks' counts, for the summary.
-#[derive(Clone, Debug, Serialize)]
-pub struct HealthCounts {
-    pub file: String,
-    pub warnings: usize,
-    pub infos: usize,
-}
-
-/// What runall did: `summary.json`.
-#[derive(Clone, Debug, Serialize)]
-pub struct RunallSummary {
-    /// Tool and version that wrote the folder.
-    pub tool: String,
-    /// The command line, when the caller gives it.
-    pub command: Option<Vec<String>>,
-    pub model: String,
-    /// Samples the data holds.
-    pub samples: usize,
-    pub steps: Vec<StepRecord>,
-    /// The top candidates of each ranking made, in step order.
-    pub top: Vec<TopList>,
-    /// The calibration nodes steps 3 and 4 looked at.
-    pub distribution_nodes: Vec<String>,
-    pub channelwise_nodes: Vec<String>,
-    /// The calibrated model's value of the sensitivity-analysis metric on the model
-    /// outputs, and the float model's (the baseline).
-    pub calibrated_metric: Option<f64>,
-    pub float_metric: Option<f64>,
-    /// The nodes the sensitivity analysis looked at, most sensitive first.
-    pub sensitive_nodes: Vec<String>,
-    /// Total wall time in seconds.
-    pub seconds: f64,
-    pub health: Option<HealthCounts>,
-    /// The HTML report's file, when written.
-    pub report: Option<String>,
-    /// Every finding, for the caller to show.
-    #[serde(skip)]
-    pub health_report: HealthReport,
-    #[serde(skip)]
-    pub rankings: Vec<Sensitivity>,
-    #[serde(skip)]
-    pub analysis: Option<SensitivityAnalysis>,
 }
 
 /// Progress: (step name, done, total) for the step now running.
@@ -324,9 +249,8 @@ pub fn runall(
             step: "node sensitivity",
             source,
         })?;
-        let dir = stage.join(SENSITIVITY_DIR);
-        let log = dir.join(format!("sensitivity_of_{node_type}.log"));
-        let json = dir.join(format!("sensitivity_of_{node_type}.json"));
+        let log = stage.join(sensitivity_file(node_type, "log"));
+        let json = stage.join(sensitivity_file(node_type, "json"));
         write_file(&log, ranking.table().render().as_bytes())?;
         write_json(&json, &ranking)?;
         summary.steps.push(record(&name, step, stage, &[log, json]));
@@ -529,27 +453,16 @@ fn write_file(path: &Path, bytes: &[u8]) -> Result<(), RunallError> {
 }
 
 fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), RunallError> {
-    let mut json = serde_json::to_vec_pretty(value).map_err(|e| RunallError::Write {
+    let json = crate::json::pretty(value).map_err(|e| RunallError::Write {
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;
-    json.push(b'\n');
     write_file(path, &json)
 }
 
 /// Moves the staged entries into `save_dir`, replacing the previous run's.
 fn publish(stage: &Path, save_dir: &Path) -> Result<(), RunallError> {
-    let entries = [
-        SENSITIVITY_DIR,
-        DISTRIBUTION_DIR,
-        CHANNELWISE_DIR,
-        ACC_ERROR_DIR,
-        ANALYSIS_DIR,
-        HEALTH_NAME,
-        SUMMARY_NAME,
-        REPORT_NAME,
-    ];
-    for name in entries {
+    for name in ENTRIES {
         let target = save_dir.join(name);
         let err = |message: String| RunallError::Write {
             path: target.clone(),

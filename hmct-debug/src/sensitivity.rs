@@ -28,7 +28,7 @@ use std::str::FromStr;
 
 use std::marker::PhantomData;
 
-use hmct_ir::{NodeId, QType, TensorType};
+use hmct_ir::{NodeId, QType, TensorType, close_matches, did_you_mean};
 use hmct_metrics::{
     Metric, Table, format_value, python_repr, sensitivity_header, sensitivity_row, sort_worst_first,
 };
@@ -36,11 +36,11 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{Engine, EngineError, NodeRef, Probe, Timings, close_matches, quote_list};
+use crate::engine::{Engine, EngineError, NodeRef, Probe, Timings};
 use crate::health::{
     DEGENERATE_SAMPLE, OutputSamples, SampleWarning, degenerate_samples, output_samples,
 };
-use crate::sensitivity_analysis::json::Number;
+use crate::json::Number;
 use crate::shard::{
     MergeError, Part, PartInfo, Provenance, Shard, check_sweep, cone_cost, node_costs,
     partition_groups,
@@ -134,14 +134,6 @@ impl SensitivityError {
             SensitivityError::Engine(e) => e.is_usage(),
             _ => true,
         }
-    }
-}
-
-fn did_you_mean(suggestions: &[String]) -> String {
-    if suggestions.is_empty() {
-        String::new()
-    } else {
-        format!(" (did you mean {}?)", quote_list(suggestions))
     }
 }
 

@@ -26,13 +26,14 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use hmct_ir::QType;
+use hmct_ir::{QType, close_matches, did_you_mean};
 use hmct_metrics::Metric;
 use hmct_plot::{Baseline, Figure, Format, LineChart, LineKind, LineSeries, Marker, Rgb};
 use hmct_quant::{Base, Override};
 use serde::{Serialize, Serializer};
 
-use crate::engine::{Engine, EngineError, NodeRef, Probe, Timings, close_matches};
+use crate::engine::{Engine, EngineError, NodeRef, Probe, Timings};
+use crate::json;
 use crate::sensitivity::{SensitivityError, SensitivityOptions, get_sensitivity_of_nodes};
 
 /// What "de-quantized" means for the cumulative series (`-q`).
@@ -80,84 +81,6 @@ impl FromStr for DequantQType {
                 suggestions: close_matches(s, DequantQType::NAMES),
             }),
         }
-    }
-}
-
-fn did_you_mean(suggestions: &[String]) -> String {
-    if suggestions.is_empty() {
-        String::new()
-    } else {
-        format!(
-            " (did you mean {}?)",
-            crate::engine::quote_list(suggestions)
-        )
-    }
-}
-
-/// Numbers in the analyses' JSON: finite values as numbers, the others as Python
-/// spells them (`"inf"`, `"-inf"`, `"nan"`), as the sensitivity JSON does, since JSON
-/// has no such numbers; `None` as `null`.
-pub(crate) mod json {
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-    pub fn number<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
-        let v = *v;
-        if v.is_finite() {
-            s.serialize_f64(v)
-        } else if v.is_nan() {
-            s.serialize_str("nan")
-        } else if v > 0.0 {
-            s.serialize_str("inf")
-        } else {
-            s.serialize_str("-inf")
-        }
-    }
-
-    pub fn opt_number<S: Serializer>(v: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
-        match v {
-            Some(v) => number(v, s),
-            None => s.serialize_none(),
-        }
-    }
-
-    /// A number as [`number`] writes it, read back.
-    #[derive(Clone, Copy, Debug, PartialEq)]
-    pub struct Number(pub f64);
-
-    impl Serialize for Number {
-        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            number(&self.0, s)
-        }
-    }
-
-    impl<'de> Deserialize<'de> for Number {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            #[derive(Deserialize)]
-            #[serde(untagged)]
-            enum Repr {
-                Number(f64),
-                Text(String),
-            }
-            match Repr::deserialize(d)? {
-                Repr::Number(v) => Ok(Number(v)),
-                Repr::Text(t) => match t.as_str() {
-                    "nan" => Ok(Number(f64::NAN)),
-                    "inf" => Ok(Number(f64::INFINITY)),
-                    "-inf" => Ok(Number(f64::NEG_INFINITY)),
-                    _ => Err(serde::de::Error::custom(format!(
-                        "'{t}' is not a number (nor nan, inf, -inf)"
-                    ))),
-                },
-            }
-        }
-    }
-
-    pub fn de_number<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-        Number::deserialize(d).map(|n| n.0)
-    }
-
-    pub fn de_opt_number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
-        Ok(Option::<Number>::deserialize(d)?.map(|n| n.0))
     }
 }
 
@@ -540,9 +463,8 @@ pub fn write_partial_quantization(
     };
     std::fs::create_dir_all(dir)
         .map_err(|e| write_err(dir, format!("cannot create folder: {e}")))?;
-    let mut json = serde_json::to_vec_pretty(result)
-        .map_err(|e| write_err(&dir.join(JSON_NAME), e.to_string()))?;
-    json.push(b'\n');
+    let json =
+        crate::json::pretty(result).map_err(|e| write_err(&dir.join(JSON_NAME), e.to_string()))?;
     let png = dir.join(PNG_NAME);
     hmct_plot::line_chart(&result.chart(), &png, Format::Png)
         .map_err(|e| write_err(&png, e.to_string()))?;

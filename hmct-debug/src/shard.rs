@@ -23,6 +23,7 @@ use std::str::FromStr;
 
 use hmct_quant::{Base, Slot};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::engine::{Engine, EngineError};
 
@@ -227,7 +228,7 @@ impl Provenance {
         }
         Ok(Provenance {
             model_digest: format!("sha256:{}", hex(&sha256(&bytes))),
-            data_digest: format!("sha256:{}", hex(&data.finish())),
+            data_digest: format!("sha256:{}", hex(&data.finalize())),
         })
     }
 }
@@ -440,117 +441,7 @@ fn hex(bytes: &[u8]) -> String {
 
 /// SHA-256 of `bytes`.
 pub fn sha256(bytes: &[u8]) -> [u8; 32] {
-    let mut h = Sha256::new();
-    h.update(bytes);
-    h.finish()
-}
-
-/// SHA-256 (FIPS 180-4), streaming. No hashing crate is among the dependencies,
-/// and digests that match `sha256sum` let a user check a part by hand.
-struct Sha256 {
-    state: [u32; 8],
-    buffer: Vec<u8>,
-    length: u64,
-}
-
-const K: [u32; 64] = [
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
-];
-
-impl Sha256 {
-    fn new() -> Sha256 {
-        Sha256 {
-            state: [
-                0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab,
-                0x5be0cd19,
-            ],
-            buffer: Vec::with_capacity(64),
-            length: 0,
-        }
-    }
-
-    fn update(&mut self, mut bytes: &[u8]) {
-        self.length = self.length.wrapping_add(bytes.len() as u64);
-        if !self.buffer.is_empty() {
-            let take = (64 - self.buffer.len()).min(bytes.len());
-            self.buffer.extend_from_slice(&bytes[..take]);
-            bytes = &bytes[take..];
-            if self.buffer.len() == 64 {
-                let block: [u8; 64] = self.buffer[..].try_into().expect("64 bytes");
-                self.compress(&block);
-                self.buffer.clear();
-            }
-        }
-        let mut chunks = bytes.chunks_exact(64);
-        for block in &mut chunks {
-            self.compress(block.try_into().expect("64 bytes"));
-        }
-        self.buffer.extend_from_slice(chunks.remainder());
-    }
-
-    fn finish(mut self) -> [u8; 32] {
-        let bits = self.length.wrapping_mul(8);
-        let mut tail = std::mem::take(&mut self.buffer);
-        tail.push(0x80);
-        while tail.len() % 64 != 56 {
-            tail.push(0);
-        }
-        tail.extend_from_slice(&bits.to_be_bytes());
-        for block in tail.chunks_exact(64) {
-            self.compress(block.try_into().expect("64 bytes"));
-        }
-        let mut out = [0u8; 32];
-        for (o, s) in out.chunks_exact_mut(4).zip(self.state) {
-            o.copy_from_slice(&s.to_be_bytes());
-        }
-        out
-    }
-
-    fn compress(&mut self, block: &[u8; 64]) {
-        let mut w = [0u32; 64];
-        for (i, c) in block.chunks_exact(4).enumerate() {
-            w[i] = u32::from_be_bytes(c.try_into().expect("4 bytes"));
-        }
-        for i in 16..64 {
-            let s0 = w[i - 15].rotate_right(7) ^ w[i - 15].rotate_right(18) ^ (w[i - 15] >> 3);
-            let s1 = w[i - 2].rotate_right(17) ^ w[i - 2].rotate_right(19) ^ (w[i - 2] >> 10);
-            w[i] = w[i - 16]
-                .wrapping_add(s0)
-                .wrapping_add(w[i - 7])
-                .wrapping_add(s1);
-        }
-        let [mut a, mut b, mut c, mut d, mut e, mut f, mut g, mut h] = self.state;
-        for i in 0..64 {
-            let s1 = e.rotate_right(6) ^ e.rotate_right(11) ^ e.rotate_right(25);
-            let ch = (e & f) ^ (!e & g);
-            let t1 = h
-                .wrapping_add(s1)
-                .wrapping_add(ch)
-                .wrapping_add(K[i])
-                .wrapping_add(w[i]);
-            let s0 = a.rotate_right(2) ^ a.rotate_right(13) ^ a.rotate_right(22);
-            let maj = (a & b) ^ (a & c) ^ (b & c);
-            let t2 = s0.wrapping_add(maj);
-            h = g;
-            g = f;
-            f = e;
-            e = d.wrapping_add(t1);
-            d = c;
-            c = b;
-            b = a;
-            a = t1.wrapping_add(t2);
-        }
-        for (s, v) in self.state.iter_mut().zip([a, b, c, d, e, f, g, h]) {
-            *s = s.wrapping_add(v);
-        }
-    }
+    Sha256::digest(bytes).into()
 }
 
 #[cfg(test)]
@@ -581,7 +472,7 @@ mod tests {
         for piece in data.chunks(37) {
             h.update(piece);
         }
-        assert_eq!(h.finish(), sha256(&data));
+        assert_eq!(<[u8; 32]>::from(h.finalize()), sha256(&data));
     }
 
     #[test]

@@ -17,10 +17,10 @@ use hmct_tensor::Tensor;
 use serde::Serialize;
 
 use crate::engine::{Engine, EngineError, Probe};
+use crate::json;
 use crate::mixed_precision::{
     MixedPrecisionError, MixedPrecisionOptions, PromoteQType, Stage, Steps, prepare_steps,
 };
-use crate::sensitivity_analysis::json;
 
 /// The compared values of every sample: `outputs[sample][value]`.
 pub type Outputs = Vec<Vec<Arc<Tensor>>>;

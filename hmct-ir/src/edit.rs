@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeSet, HashSet};
 
+use crate::suggest::{close_matches, did_you_mean};
 use crate::{IrError, Model, NodeId, QType, TensorType, input_calibrations};
 
 /// One edit. Names may be regular nodes or calibration nodes (see each variant).
@@ -96,15 +97,6 @@ pub enum EditError {
     EmptySubgraph(String),
     #[error(transparent)]
     Ir(#[from] IrError),
-}
-
-fn did_you_mean(suggestions: &[String]) -> String {
-    if suggestions.is_empty() {
-        String::new()
-    } else {
-        let quoted: Vec<String> = suggestions.iter().map(|s| format!("'{s}'")).collect();
-        format!("; did you mean {}?", quoted.join(", "))
-    }
 }
 
 fn list_or_none(names: &[String]) -> String {
@@ -221,7 +213,7 @@ pub fn resolve(model: &Model, edit: &Edit) -> Result<Vec<NodeId>, EditError> {
                     let types: Vec<&str> = model.type2nodes().keys().map(String::as_str).collect();
                     return Err(EditError::UnknownOpType {
                         op_type: op.clone(),
-                        suggestions: suggest(op, types),
+                        suggestions: close_matches(op, types),
                     });
                 }
                 let found: Vec<NodeId> = ids
@@ -391,7 +383,7 @@ fn node_by_name(model: &Model, name: &str) -> Result<NodeId, EditError> {
         .copied()
         .ok_or_else(|| EditError::UnknownNode {
             name: name.to_string(),
-            suggestions: suggest(name, model.node_mappings().keys().map(String::as_str)),
+            suggestions: close_matches(name, model.node_mappings().keys().map(String::as_str)),
         })
 }
 
@@ -416,45 +408,6 @@ fn node_or_value(model: &Model, name: &str) -> Result<Option<NodeId>, EditError>
         .collect();
     Err(EditError::UnknownNodeOrValue {
         name: name.to_string(),
-        suggestions: suggest(name, candidates),
+        suggestions: close_matches(name, candidates),
     })
-}
-
-/// Up to three candidates close to `name`: edit distance within a third of the
-/// name's length (at least 2), or a case-insensitive substring match; closest first.
-pub fn suggest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Vec<String> {
-    let lower = name.to_lowercase();
-    let limit = (name.chars().count() / 3).max(2);
-    let mut scored: Vec<(usize, &str)> = candidates
-        .into_iter()
-        .filter_map(|c| {
-            let d = levenshtein(&lower, &c.to_lowercase());
-            let contains = lower.len() >= 3 && c.to_lowercase().contains(&lower);
-            (d <= limit || contains).then_some((d, c))
-        })
-        .collect();
-    scored.sort();
-    scored.dedup_by(|a, b| a.1 == b.1);
-    scored
-        .into_iter()
-        .take(3)
-        .map(|(_, c)| c.to_string())
-        .collect()
-}
-
-fn levenshtein(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (above + 1)
-                .min(row[j] + 1)
-                .min(diagonal + usize::from(ca != cb));
-            diagonal = above;
-        }
-    }
-    row[b.len()]
 }

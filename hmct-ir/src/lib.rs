@@ -26,6 +26,7 @@ mod qdq;
 mod qdq_import;
 mod qtype;
 mod search;
+mod suggest;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -33,9 +34,7 @@ pub use calibration::{
     CALIBRATION_DOMAIN, CALIBRATION_OP, CalibrationInsert, CalibrationNode, CalibrationNodeMut,
     CalibrationSpec, is_calibration_node,
 };
-pub use edit::{
-    Change, Edit, EditError, EditReport, apply_edits, resolve, subgraph_nodes, suggest,
-};
+pub use edit::{Change, Edit, EditError, EditReport, apply_edits, resolve, subgraph_nodes};
 pub use error::IrError;
 pub use model::{
     Dim, Model, NodeId, ValueType, load_model, load_model_from_bytes, model_to_bytes, save_model,
@@ -50,3 +49,4 @@ pub use search::{
     find_output_calibration, input_calibrations, is_quantized, is_skippable, quantized_consumers,
     quantized_nodes,
 };
+pub use suggest::{close_matches, did_you_mean, quote_list};

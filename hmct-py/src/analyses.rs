@@ -131,6 +131,19 @@ impl Analyzer {
     ) -> PyResult<T> {
         interrupt::run(py, &self.cancel, progress, |p| work(&self.engine, p))
     }
+
+    /// Runs an analysis that writes files: (result JSON, files written).
+    fn run_and_write<R: Serialize + Send, E: std::error::Error + Send + 'static>(
+        &self,
+        py: Python<'_>,
+        progress: Option<&Bound<'_, PyAny>>,
+        work: impl FnOnce(&Engine, &Progress) -> Result<(R, Vec<PathBuf>), E> + Send,
+    ) -> PyResult<(String, Vec<String>)> {
+        let (result, written) = self
+            .run(py, progress, work)?
+            .map_err(|e| to_py(&e, hmct_debug::usage::is_usage(&e)))?;
+        Ok((json(&result)?, paths(written)))
+    }
 }
 
 #[pymethods]
@@ -234,7 +247,7 @@ impl Analyzer {
             data_num: data_num(data_num_)?,
         };
         let format = format(fmt)?;
-        let out = self.run(
+        self.run_and_write(
             py,
             progress,
             |engine, p| -> Result<_, hmct_debug::acc_error::AccError> {
@@ -243,9 +256,7 @@ impl Analyzer {
                 let written = write_acc_error(&result, &save_dir, format)?;
                 Ok((result, written))
             },
-        )?;
-        let (result, written) = out.map_err(|e: hmct_debug::acc_error::AccError| py_err!(e))?;
-        Ok((json(&result)?, paths(written)))
+        )
     }
 
     /// Distribution histograms: (result JSON, files written).
@@ -270,7 +281,7 @@ impl Analyzer {
             ..DistributionOptions::default()
         };
         let format = format(fmt)?;
-        let out = self.run(
+        self.run_and_write(
             py,
             None,
             |engine, _| -> Result<_, hmct_debug::distribution::DistributionError> {
@@ -278,10 +289,7 @@ impl Analyzer {
                 let written = write_distribution(&result, &save_dir, format)?;
                 Ok((result, written))
             },
-        )?;
-        let (result, written) =
-            out.map_err(|e: hmct_debug::distribution::DistributionError| py_err!(e))?;
-        Ok((json(&result)?, paths(written)))
+        )
     }
 
     /// Per-channel box plots: (result JSON, files written).
@@ -303,7 +311,7 @@ impl Analyzer {
             ..ChannelwiseOptions::default()
         };
         let format = format(fmt)?;
-        let out = self.run(
+        self.run_and_write(
             py,
             None,
             |engine, _| -> Result<_, hmct_debug::channelwise::ChannelwiseError> {
@@ -311,10 +319,7 @@ impl Analyzer {
                 let written = write_channelwise(&result, &save_dir, format)?;
                 Ok((result, written))
             },
-        )?;
-        let (result, written) =
-            out.map_err(|e: hmct_debug::channelwise::ChannelwiseError| py_err!(e))?;
-        Ok((json(&result)?, paths(written)))
+        )
     }
 
     /// Sensitivity analysis: (result JSON, files written).
@@ -338,7 +343,7 @@ impl Analyzer {
             metric: metric(metric_name)?,
             qtype: qtype.parse::<DequantQType>().map_err(|e| py_err!(e))?,
         };
-        let out = self.run(
+        self.run_and_write(
             py,
             progress,
             |engine, p| -> Result<_, hmct_debug::sensitivity_analysis::AnalysisError> {
@@ -348,10 +353,7 @@ impl Analyzer {
                 let written = write_partial_quantization(&result, &save_dir)?;
                 Ok((result, written))
             },
-        )?;
-        let (result, written) =
-            out.map_err(|e: hmct_debug::sensitivity_analysis::AnalysisError| py_err!(e))?;
-        Ok((json(&result)?, paths(written)))
+        )
     }
 
     /// The whole workflow into `save_dir`: (summary JSON, verbose tables).
@@ -526,7 +528,7 @@ impl Analyzer {
             data_num: data_num(data_num_)?,
             ..MixedPrecisionOptions::default()
         };
-        let out = self.run(
+        self.run_and_write(
             py,
             progress,
             |engine, p| -> Result<_, hmct_debug::mixed_precision::MixedPrecisionError> {
@@ -539,10 +541,7 @@ impl Analyzer {
                 };
                 Ok((result, written))
             },
-        )?;
-        let (result, written) =
-            out.map_err(|e: hmct_debug::mixed_precision::MixedPrecisionError| py_err!(e))?;
-        Ok((json(&result)?, paths(written)))
+        )
     }
 
     /// A search judged by `eval_fn(outputs_per_sample) -> float`: `strategy` is

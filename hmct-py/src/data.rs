@@ -38,20 +38,11 @@ impl DataSource {
                 .iter()
                 .position(|i| i.name == key || sanitize_name(&i.name) == key)
             else {
-                let close = hmct_debug::engine::close_matches(&key, known.iter().copied());
-                let hint = if close.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        " (did you mean {}?)",
-                        hmct_debug::engine::quote_list(&close)
-                    )
-                };
+                let hint =
+                    hmct_ir::did_you_mean(&hmct_ir::close_matches(&key, known.iter().copied()));
                 return Err(value_error(format!(
                     "calibrated_data: '{key}' is not a model input{hint}; the inputs are {}",
-                    hmct_debug::engine::quote_list(
-                        &known.iter().map(|s| s.to_string()).collect::<Vec<_>>()
-                    )
+                    hmct_ir::quote_list(&known.iter().map(|s| s.to_string()).collect::<Vec<_>>())
                 )));
             };
             let arrays: Vec<Bound<'_, PyAny>> = value

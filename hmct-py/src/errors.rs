@@ -47,14 +47,15 @@ pub(crate) fn value_error(message: impl Into<String>) -> PyErr {
     PyValueError::new_err(message.into())
 }
 
-/// The error and its causes on one line, each cause once (many errors quote their
-/// cause in their own text), as the CLI prints them.
+/// The error and its causes on one line, joined with ": ", as the CLI prints them
+/// (a cause the line already ends with, as a few errors of hmct-quant and hmct-plot
+/// quote theirs, is not repeated).
 fn one_line(e: &(dyn Error + 'static)) -> String {
     let mut line = String::new();
     let mut cause: Option<&(dyn Error + 'static)> = Some(e);
     while let Some(c) = cause {
         let text = c.to_string();
-        if !line.contains(&text) {
+        if !line.ends_with(&text) {
             if !line.is_empty() {
                 line.push_str(": ");
             }

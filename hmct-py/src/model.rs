@@ -133,7 +133,7 @@ impl PyModel {
 
     /// Node names close to `name`, for error messages.
     fn suggestions(&self, name: &str) -> Vec<String> {
-        hmct_debug::engine::close_matches(name, self.model.nodes().iter().map(|n| n.name()))
+        hmct_ir::close_matches(name, self.model.nodes().iter().map(|n| n.name()))
     }
 
     /// The calibration node quantizing input `index` of node `id` (any input when

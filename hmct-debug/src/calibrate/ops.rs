@@ -183,7 +183,7 @@ pub fn weight_layout(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::close_matches;
+    use hmct_ir::close_matches;
 
     #[test]
     fn op_list_is_sorted_and_covers_the_defaults() {
