@@ -716,7 +716,7 @@ impl<'a> Page<'a> {
             .map_err(|e| e.to_string())
             .and_then(|file| {
                 hmct_plot::line_chart(chart, file.path(), Format::Svg)
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| hmct_ir::error_chain(&e))?;
                 std::fs::read_to_string(file.path()).map_err(|e| e.to_string())
             });
         match svg {

@@ -480,7 +480,7 @@ pub fn write_partial_quantization(
         crate::json::pretty(result).map_err(|e| write_err(&dir.join(JSON_NAME), e.to_string()))?;
     let png = dir.join(PNG_NAME);
     hmct_plot::line_chart(&result.chart(), &png, Format::Png)
-        .map_err(|e| write_err(&png, e.to_string()))?;
+        .map_err(|e| write_err(&png, hmct_ir::error_chain(&e)))?;
     let json_path = dir.join(JSON_NAME);
     if let Err(e) = hmct_ir::write_atomic(&json_path, &json) {
         let _ = std::fs::remove_file(&png);

@@ -46,7 +46,7 @@ pub enum IrError {
     NotCalibration { file: String, node: String },
     #[error("calibration node '{node}': {message}")]
     InvalidCalibration { node: String, message: String },
-    #[error("{file}: value '{value}': {error}")]
+    #[error("{file}: value '{value}': {}", error_chain(error))]
     Tensor {
         file: String,
         value: String,
