@@ -121,32 +121,14 @@ fn main() -> ExitCode {
         // A reader that went away (`| head`) is not a failure of ours.
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) if is_usage(&e) => {
-            eprintln!("error: {}", one_line(&e));
+            eprintln!("error: {}", hmct_ir::error_chain(e.as_ref()));
             ExitCode::from(2)
         }
         Err(e) => {
-            eprintln!("error: {}", one_line(&e));
+            eprintln!("error: {}", hmct_ir::error_chain(e.as_ref()));
             ExitCode::from(1)
         }
     }
-}
-
-/// The error and its causes on one line, joined with ": ". Errors do not quote their
-/// cause (it is their `source`); the few of hmct-quant and hmct-plot that still end
-/// with it are not repeated.
-fn one_line(e: &anyhow::Error) -> String {
-    let mut line = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if line.ends_with(&text) {
-            continue;
-        }
-        if !line.is_empty() {
-            line.push_str(": ");
-        }
-        line.push_str(&text);
-    }
-    line.replace('\n', " ")
 }
 
 /// The seeds spell some flags as multi-letter single-dash options (`-nm`, `-dnl`),

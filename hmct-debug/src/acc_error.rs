@@ -25,12 +25,13 @@
 //! [`plot_acc_error`] returns the series; [`write_acc_error`] draws one figure per
 //! configuration kind and writes its series as JSON next to it.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use hmct_metrics::Metric;
 use hmct_plot::{Figure, Format, LineChart, LineSeries};
 use hmct_quant::{Base, Slot};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::engine::{Engine, EngineError, Probe, compare};
 use crate::json;
@@ -145,7 +146,7 @@ fn describe_not_quantized(nodes: &[String]) -> String {
 }
 
 /// What a figure shows; fixes its file name prefix.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FigureKind {
     QuantizeNode,
@@ -185,7 +186,7 @@ impl FigureKind {
 }
 
 /// One point of the x axis: an output of a quantized regular node.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Point {
     pub node: String,
     pub tensor: String,
@@ -195,7 +196,7 @@ pub struct Point {
 }
 
 /// One configuration's series.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Curve {
     /// Legend label: the node name, `partial_qmodel_i`, `calibrated_model`,
     /// `weight_quantized` or `activation_quantized`.
@@ -209,12 +210,17 @@ pub struct Curve {
     pub switched: Vec<String>,
     /// The metric at each point (sqnr is `inf` where the tensors are identical; JSON
     /// spells non-finite values as strings).
-    #[serde(serialize_with = "json::numbers")]
+    #[serde(
+        serialize_with = "json::numbers",
+        deserialize_with = "json::de_numbers"
+    )]
     pub values: Vec<f64>,
     /// The running mean of `values` (present in average mode; what is plotted then).
     #[serde(
         serialize_with = "json::opt_numbers",
-        skip_serializing_if = "Option::is_none"
+        deserialize_with = "json::de_opt_numbers",
+        skip_serializing_if = "Option::is_none",
+        default
     )]
     pub averaged: Option<Vec<f64>>,
 }
@@ -227,7 +233,7 @@ impl Curve {
 }
 
 /// [`Base`], serializable.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BaseModel {
     Float,
@@ -637,15 +643,16 @@ fn legend_label(c: &Curve) -> String {
     }
 }
 
-/// One figure's file: its curves with the x axis.
-#[derive(Serialize)]
-struct FigureJson<'a> {
-    kind: FigureKind,
-    metric: Metric,
-    average_mode: bool,
-    data_num: usize,
-    points: &'a [Point],
-    curves: &'a [Curve],
+/// One figure's file, `<stem>.json`: its curves with the x axis. Written borrowing
+/// the result's points and curves; read back (by the report) owning them.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FigureFile<'a> {
+    pub kind: FigureKind,
+    pub metric: Metric,
+    pub average_mode: bool,
+    pub data_num: usize,
+    pub points: Cow<'a, [Point]>,
+    pub curves: Cow<'a, [Curve]>,
 }
 
 /// Writes `<stem>.png` (or `.svg`) and `<stem>.json` per figure into `dir` (created
@@ -667,13 +674,13 @@ pub fn write_acc_error(
         hmct_plot::line_chart(&figure_spec(curves, figure), &image, format)?;
         written.push(image);
         let json_path = dir.join(format!("{stem}.json"));
-        let json = FigureJson {
+        let json = FigureFile {
             kind: figure.kind,
             metric: curves.metric,
             average_mode: curves.average_mode,
             data_num: curves.data_num,
-            points: &curves.points,
-            curves: &figure.curves,
+            points: Cow::Borrowed(&curves.points),
+            curves: Cow::Borrowed(&figure.curves),
         };
         write_json(&json_path, &json).map_err(|source| AccError::Write {
             path: json_path.clone(),

@@ -84,6 +84,17 @@ pub fn de_opt_number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::
     Ok(Option::<Number>::deserialize(d)?.map(|n| n.0))
 }
 
+pub fn de_numbers<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
+    Ok(Vec::<Number>::deserialize(d)?
+        .into_iter()
+        .map(|n| n.0)
+        .collect())
+}
+
+pub fn de_opt_numbers<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<f64>>, D::Error> {
+    Ok(Option::<Vec<Number>>::deserialize(d)?.map(|v| v.into_iter().map(|n| n.0).collect()))
+}
+
 /// Pretty JSON with a final newline: the text of every JSON file the analyses write.
 pub fn pretty<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, serde_json::Error> {
     let mut bytes = serde_json::to_vec_pretty(value)?;

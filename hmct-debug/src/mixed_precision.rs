@@ -667,7 +667,7 @@ pub fn write_mixed_precision(
     let png = dir.join(PNG_NAME);
     let png_tmp = dir.join(format!(".{PNG_NAME}.tmp"));
     let drawn = hmct_plot::line_chart(&result.chart(), &png_tmp, Format::Png)
-        .map_err(|e| e.to_string())
+        .map_err(|e| hmct_ir::error_chain(&e))
         .and_then(|_| std::fs::rename(&png_tmp, &png).map_err(|e| e.to_string()));
     if let Err(message) = drawn {
         let _ = std::fs::remove_file(&png_tmp);

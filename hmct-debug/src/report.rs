@@ -14,16 +14,17 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use hmct_plot::{Baseline, Figure, Format, LineChart, LineKind, LineSeries, Marker, Rgb};
-use serde::Deserialize;
-use serde_json::Value;
+use hmct_plot::{Figure, Format, LineChart, LineKind, LineSeries, Rgb};
+use serde::{Deserialize, Serialize};
 
+use crate::acc_error::{Curve, FigureFile};
 use crate::distribution::file_safe;
-use crate::health::SampleWarning;
 use crate::layout::{
     ACC_ERROR_DIR, ANALYSIS_DIR, CHANNELWISE_DIR, DISTRIBUTION_DIR, RunallSummary, SENSITIVITY_DIR,
     SUMMARY_NAME,
 };
+use crate::sensitivity::{NodeType, Sensitivity};
+use crate::sensitivity_analysis::SensitivityAnalysis;
 
 /// Per-node detail is given for at most this many calibration nodes.
 pub const TOP_DETAIL: usize = 20;
@@ -67,76 +68,6 @@ struct Calibration {
     max_abs: Option<f64>,
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct Ranking {
-    node_type: String,
-    metrics: Vec<String>,
-    data_num: usize,
-    compared: Vec<String>,
-    warnings: Vec<SampleWarning>,
-    entries: Vec<Entry>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct Entry {
-    name: String,
-    kind: String,
-    calibrations: Vec<String>,
-    node: Option<String>,
-    threshold: Option<Value>,
-    bit: Option<Value>,
-    values: BTreeMap<String, Value>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct AccError {
-    kind: String,
-    metric: String,
-    average_mode: bool,
-    data_num: usize,
-    points: Vec<Point>,
-    curves: Vec<Curve>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct Point {
-    label: String,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct Curve {
-    label: String,
-    nodes: Vec<String>,
-    values: Vec<Value>,
-    averaged: Option<Vec<Value>>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct Partial {
-    metric: String,
-    qtype: String,
-    data_num: usize,
-    pick_threshold: Option<f64>,
-    baseline: Option<Value>,
-    calibrated: Option<Value>,
-    nodes: Vec<PartialNode>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct PartialNode {
-    name: String,
-    calibrations: Vec<String>,
-    single: Option<Value>,
-    cumulative: Option<Value>,
-}
-
 /// Builds the page for the runall result folder `result_dir`.
 pub fn render_report(result_dir: &Path) -> Result<String, ReportError> {
     let summary_path = result_dir.join(SUMMARY_NAME);
@@ -156,10 +87,10 @@ pub fn render_report(result_dir: &Path) -> Result<String, ReportError> {
         .health
         .as_ref()
         .map(|h| read_json::<Health>(&result_dir.join(&h.file)).map_err(|e| (h.file.clone(), e)));
-    let rankings: Vec<(String, Result<Ranking, String>)> = files
+    let rankings: Vec<(String, Result<Sensitivity, String>)> = files
         .iter()
         .filter(|f| f.starts_with(SENSITIVITY_DIR) && f.ends_with(".json"))
-        .map(|f| (f.to_string(), read_json::<Ranking>(&result_dir.join(f))))
+        .map(|f| (f.to_string(), read_json::<Sensitivity>(&result_dir.join(f))))
         .collect();
 
     page.head(&summary);
@@ -168,7 +99,7 @@ pub fn render_report(result_dir: &Path) -> Result<String, ReportError> {
     page.rankings(&rankings);
     page.acc_error(&files);
     page.partial(&files);
-    let ok_rankings: Vec<&Ranking> = rankings
+    let ok_rankings: Vec<&Sensitivity> = rankings
         .iter()
         .filter_map(|(_, r)| r.as_ref().ok())
         .collect();
@@ -188,21 +119,22 @@ fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, String> {
     serde_json::from_slice(&bytes).map_err(|e| e.to_string())
 }
 
-/// A number as the analyses write it: a JSON number, or `"nan"`/`"inf"`/`"-inf"`.
-fn num(v: &Value) -> f64 {
-    match v {
-        Value::Number(n) => n.as_f64().unwrap_or(f64::NAN),
-        Value::String(s) => match s.as_str() {
-            "inf" => f64::INFINITY,
-            "-inf" => f64::NEG_INFINITY,
-            _ => f64::NAN,
-        },
-        _ => f64::NAN,
-    }
+/// An activation's threshold as the page has always shown it: the f32's shortest
+/// decimal, as the ranking's JSON spells it, read back as f64 (widening the f32
+/// itself would change the table's digits and its sort keys).
+fn threshold_as_written(t: f32) -> f64 {
+    serde_json::to_string(&t)
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or(f64::NAN)
 }
 
-fn opt_num(v: &Option<Value>) -> f64 {
-    v.as_ref().map_or(f64::NAN, num)
+/// The name serde gives a unit variant (the files' spelling of an enum).
+fn serde_name(value: impl Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(name)) => name,
+        _ => String::new(),
+    }
 }
 
 /// Escapes text for HTML content and attribute values.
@@ -423,7 +355,7 @@ impl<'a> Page<'a> {
         self.w("</section>\n");
     }
 
-    fn rankings(&mut self, rankings: &[(String, Result<Ranking, String>)]) {
+    fn rankings(&mut self, rankings: &[(String, Result<Sensitivity, String>)]) {
         self.w("<section id=\"sensitivity\"><h2>Node sensitivity</h2>\n");
         if rankings.is_empty() {
             self.note("No sensitivity ranking in this folder.");
@@ -440,7 +372,7 @@ impl<'a> Page<'a> {
             let _ = writeln!(
                 self.out,
                 "<h3>{} ({} candidates, {} sample(s), compared on {})</h3>",
-                escape(&r.node_type),
+                escape(r.node_type.name()),
                 r.entries.len(),
                 r.data_num,
                 escape(&r.compared.join(", "))
@@ -460,7 +392,7 @@ impl<'a> Page<'a> {
                     w.sample, w.why
                 ));
             }
-            let regular = r.node_type == "node";
+            let regular = r.node_type == NodeType::Node;
             // Weight entries carry no threshold or bit: no empty columns for them.
             let limits = !regular && r.entries.iter().any(|e| e.threshold.is_some());
             self.w("<div class=\"scroll\"><table class=\"sortable\"><thead><tr><th>#</th><th>name</th>");
@@ -473,7 +405,7 @@ impl<'a> Page<'a> {
                 }
             }
             for m in &r.metrics {
-                let _ = write!(self.out, "<th>{}</th>", escape(m));
+                let _ = write!(self.out, "<th>{}</th>", escape(m.name()));
             }
             self.w("</tr></thead><tbody>\n");
             for (i, e) in r.entries.iter().enumerate() {
@@ -495,15 +427,13 @@ impl<'a> Page<'a> {
                     );
                 }
                 if limits {
-                    self.out.push_str(&num_cell(opt_num(&e.threshold)));
-                    let bit = e
-                        .bit
-                        .as_ref()
-                        .map_or(String::new(), |b| escape(&b.to_string()));
+                    let threshold = e.threshold.map_or(f64::NAN, threshold_as_written);
+                    self.out.push_str(&num_cell(threshold));
+                    let bit = e.bit.map_or(String::new(), |b| b.to_string());
                     let _ = write!(self.out, "<td class=\"n\">{bit}</td>");
                 }
                 for m in &r.metrics {
-                    let v = e.values.get(m).map_or(f64::NAN, num);
+                    let v = e.values.get(*m).unwrap_or(f64::NAN);
                     self.out.push_str(&num_cell(v));
                 }
                 self.w("</tr>\n");
@@ -524,7 +454,7 @@ impl<'a> Page<'a> {
         }
         self.w("<p>The metric at the output of every quantized node (graph order), float model against the configurations below.</p>\n");
         for file in jsons {
-            match read_json::<AccError>(&self.dir.join(file)) {
+            match read_json::<FigureFile>(&self.dir.join(file)) {
                 Ok(acc) => {
                     let chart = acc_error_chart(&acc);
                     self.chart(&chart);
@@ -543,15 +473,15 @@ impl<'a> Page<'a> {
         else {
             return self.end_with_note("No sensitivity analysis in this folder.");
         };
-        let p = match read_json::<Partial>(&self.dir.join(file)) {
+        let p = match read_json::<SensitivityAnalysis>(&self.dir.join(file)) {
             Ok(p) => p,
             Err(e) => return self.end_with_note(&format!("{file}: {e}")),
         };
         let _ = writeln!(
             self.out,
             "<p>The sensitive nodes, most sensitive first: each alone quantized in the float model, and the calibrated model with it and every earlier one in {} ({} of the outputs vs float, {} sample(s)).</p>",
-            escape(&p.qtype),
-            escape(&p.metric),
+            escape(p.qtype.name()),
+            escape(p.metric.name()),
             p.data_num
         );
         if p.nodes.is_empty() {
@@ -560,10 +490,11 @@ impl<'a> Page<'a> {
             });
             return self.end_with_note(&format!(
                 "No node{why}, so there is nothing to analyse: the calibrated model scores {}.",
-                fmt(opt_num(&p.calibrated))
+                fmt(p.calibrated)
             ));
         }
-        self.chart(&partial_chart(&p));
+        // The analysis' own figure, as it draws it for partial_quantization.png.
+        self.chart(&p.chart());
         // "Only this node quantized" is the node's sensitivity measured again on the
         // same samples, so the sensitivity gets no column of its own.
         self.w("<div class=\"scroll\"><table class=\"sortable\"><thead><tr><th>#</th><th>node</th><th>calibration nodes</th><th>only this node quantized</th><th>cumulative de-quantization</th></tr></thead><tbody>\n");
@@ -576,8 +507,8 @@ impl<'a> Page<'a> {
                 escape(&n.name),
                 escape(&n.calibrations.join(", "))
             );
-            for v in [&n.single, &n.cumulative] {
-                self.out.push_str(&num_cell(opt_num(v)));
+            for v in [n.single, n.cumulative] {
+                self.out.push_str(&num_cell(v));
             }
             self.w("</tr>\n");
         }
@@ -588,7 +519,7 @@ impl<'a> Page<'a> {
         &mut self,
         summary: &RunallSummary,
         files: &[&str],
-        rankings: &[&Ranking],
+        rankings: &[&Sensitivity],
         health: Option<&Health>,
     ) {
         self.w("<section id=\"details\"><h2>Node details</h2>\n");
@@ -632,22 +563,16 @@ impl<'a> Page<'a> {
                     let first = r
                         .metrics
                         .first()
-                        .and_then(|m| e.values.get(m).map(|v| (m, num(v))));
-                    ranks.push((
-                        r.node_type.as_str(),
-                        k + 1,
-                        r.entries.len(),
-                        e.name.as_str(),
-                        first,
-                    ));
+                        .and_then(|&m| e.values.get(m).map(|v| (m, v)));
+                    ranks.push((r.node_type, k + 1, r.entries.len(), e.name.as_str(), first));
                 }
             }
             if let Some((t, k, n, _, Some((m, v)))) = ranks.first() {
                 let _ = write!(
                     self.out,
                     " <span class=\"dim\">#{k} of {n} {} · {} {}</span>",
-                    escape(t),
-                    escape(m),
+                    escape(t.name()),
+                    escape(m.name()),
                     fmt(*v)
                 );
             }
@@ -710,8 +635,8 @@ impl<'a> Page<'a> {
                             .map(|m| {
                                 format!(
                                     "{} {}",
-                                    escape(m),
-                                    fmt(e.values.get(m).map_or(f64::NAN, num))
+                                    escape(m.name()),
+                                    fmt(e.values.get(*m).unwrap_or(f64::NAN))
                                 )
                             })
                             .collect::<Vec<_>>()
@@ -726,7 +651,7 @@ impl<'a> Page<'a> {
                 let _ = writeln!(
                     self.out,
                     "<tr><th>{} sensitivity</th><td>#{k} of {n}{via}: {values}</td></tr>",
-                    escape(t)
+                    escape(t.name())
                 );
             }
             self.w("</table>\n");
@@ -791,7 +716,7 @@ impl<'a> Page<'a> {
             .map_err(|e| e.to_string())
             .and_then(|file| {
                 hmct_plot::line_chart(chart, file.path(), Format::Svg)
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| hmct_ir::error_chain(&e))?;
                 std::fs::read_to_string(file.path()).map_err(|e| e.to_string())
             });
         match svg {
@@ -816,7 +741,7 @@ impl<'a> Page<'a> {
 /// The calibration nodes to detail, most sensitive first: the candidates of each
 /// ranking taken rank by rank in turn, cut at [`TOP_DETAIL`], plus any node runall
 /// drew figures for further down. The second value is how many were left out.
-fn detail_order(summary: &RunallSummary, rankings: &[&Ranking]) -> (Vec<String>, usize) {
+fn detail_order(summary: &RunallSummary, rankings: &[&Sensitivity]) -> (Vec<String>, usize) {
     let mut order: Vec<String> = Vec::new();
     let push = |order: &mut Vec<String>, n: &str| {
         if !order.iter().any(|o| o == n) {
@@ -873,12 +798,12 @@ fn shell_words(args: &[String]) -> String {
         .join(" ")
 }
 
-fn acc_error_chart(acc: &AccError) -> LineChart {
+fn acc_error_chart(acc: &FigureFile) -> LineChart {
     let is_reference = |c: &&Curve| c.label == "calibrated_model";
     let values = |c: &Curve| -> Vec<f64> {
         match (&c.averaged, acc.average_mode) {
-            (Some(a), true) => a.iter().map(num).collect(),
-            _ => c.values.iter().map(num).collect(),
+            (Some(a), true) => a.clone(),
+            _ => c.values.clone(),
         }
     };
     let label = |c: &Curve| {
@@ -917,51 +842,14 @@ fn acc_error_chart(acc: &AccError) -> LineChart {
                 } else {
                     ""
                 },
-                acc.kind.replace('_', " ")
+                serde_name(acc.kind).replace('_', " ")
             ),
             "output of quantized node (graph order)",
-            acc.metric.clone(),
+            acc.metric.name(),
         ),
         x_labels: acc.points.iter().map(|p| p.label.clone()).collect(),
         series: reference.chain(others).collect(),
         baseline: None,
-    }
-}
-
-fn partial_chart(p: &Partial) -> LineChart {
-    let x_labels = std::iter::once("none".to_string())
-        .chain(p.nodes.iter().map(|n| n.name.clone()))
-        .collect();
-    let cumulative = std::iter::once(opt_num(&p.calibrated))
-        .chain(p.nodes.iter().map(|n| opt_num(&n.cumulative)))
-        .collect();
-    let single = std::iter::once(f64::NAN)
-        .chain(p.nodes.iter().map(|n| opt_num(&n.single)))
-        .collect();
-    let dequant = if p.qtype == "int16" { "int16" } else { "float" };
-    LineChart {
-        figure: Figure::new(
-            "Partial Quantization Analysis",
-            format!("node (none = calibrated model; samples: {})", p.data_num),
-            format!("{} of model outputs vs float", p.metric),
-        ),
-        x_labels,
-        series: vec![
-            LineSeries::new(
-                format!("calibrated, this and earlier nodes {dequant}"),
-                cumulative,
-            )
-            .color(Rgb::RED)
-            .marker(Marker::Circle),
-            LineSeries::new("float, only this node quantized", single)
-                .color(Rgb::GREEN)
-                .line(LineKind::None)
-                .marker(Marker::Cross),
-        ],
-        baseline: p
-            .baseline
-            .as_ref()
-            .map(|b| Baseline::new(num(b), "baseline (float model)")),
     }
 }
 

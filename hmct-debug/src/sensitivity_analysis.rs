@@ -30,7 +30,7 @@ use hmct_ir::{QType, close_matches, did_you_mean};
 use hmct_metrics::Metric;
 use hmct_plot::{Baseline, Figure, Format, LineChart, LineKind, LineSeries, Marker, Rgb};
 use hmct_quant::{Base, Override};
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::engine::{Engine, EngineError, NodeRef, Probe, Timings};
 use crate::json;
@@ -66,6 +66,13 @@ impl fmt::Display for DequantQType {
 impl Serialize for DequantQType {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for DequantQType {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        name.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -155,40 +162,46 @@ impl Default for SensitivityAnalysisOptions {
 }
 
 /// One sensitive node and its two points.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SensitiveNode {
     pub name: String,
     /// The calibration nodes that quantizing / de-quantizing it toggles.
     pub calibrations: Vec<String>,
     /// Its cosine sensitivity from the ranking (absent when the nodes were given).
-    #[serde(serialize_with = "json::opt_number")]
+    #[serde(
+        serialize_with = "json::opt_number",
+        deserialize_with = "json::de_opt_number"
+    )]
     pub sensitivity: Option<f64>,
     /// The float model with only this node quantized.
-    #[serde(serialize_with = "json::number")]
+    #[serde(serialize_with = "json::number", deserialize_with = "json::de_number")]
     pub single: f64,
     /// The calibrated model with this node and all before it de-quantized.
-    #[serde(serialize_with = "json::number")]
+    #[serde(serialize_with = "json::number", deserialize_with = "json::de_number")]
     pub cumulative: f64,
 }
 
 /// The result; [`SensitivityAnalysis::x_labels`] and the series methods give the
 /// figure's data.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SensitivityAnalysis {
     pub metric: Metric,
     pub qtype: DequantQType,
     /// Number of samples used (the first ones).
     pub data_num: usize,
     /// The threshold the nodes were picked with; `None` when they were given.
-    #[serde(serialize_with = "json::opt_number")]
+    #[serde(
+        serialize_with = "json::opt_number",
+        deserialize_with = "json::de_opt_number"
+    )]
     pub pick_threshold: Option<f64>,
     /// The model outputs compared.
     pub compared: Vec<String>,
     /// The float model against itself.
-    #[serde(serialize_with = "json::number")]
+    #[serde(serialize_with = "json::number", deserialize_with = "json::de_number")]
     pub baseline: f64,
     /// The calibrated model (the cumulative series at `none`).
-    #[serde(serialize_with = "json::number")]
+    #[serde(serialize_with = "json::number", deserialize_with = "json::de_number")]
     pub calibrated: f64,
     /// The sensitive nodes, in analysis order.
     pub nodes: Vec<SensitiveNode>,
@@ -467,7 +480,7 @@ pub fn write_partial_quantization(
         crate::json::pretty(result).map_err(|e| write_err(&dir.join(JSON_NAME), e.to_string()))?;
     let png = dir.join(PNG_NAME);
     hmct_plot::line_chart(&result.chart(), &png, Format::Png)
-        .map_err(|e| write_err(&png, e.to_string()))?;
+        .map_err(|e| write_err(&png, hmct_ir::error_chain(&e)))?;
     let json_path = dir.join(JSON_NAME);
     if let Err(e) = hmct_ir::write_atomic(&json_path, &json) {
         let _ = std::fs::remove_file(&png);

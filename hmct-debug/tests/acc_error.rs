@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 
 use hmct_debug::acc_error::{
-    AccError, AccErrorCurves, AccErrorOptions, FigureKind, NodeList, plot_acc_error, running_mean,
-    write_acc_error,
+    AccError, AccErrorCurves, AccErrorOptions, FigureFile, FigureKind, NodeList, plot_acc_error,
+    running_mean, write_acc_error,
 };
 use hmct_debug::engine::{Engine, EngineError, EngineOptions};
 use hmct_ir::{Model, TensorType};
@@ -539,6 +539,15 @@ fn sqnr_infinities_are_strings_in_json() {
             .join("quantize_node_accumulate_err_of_node_sqnr.png")
             .is_file()
     );
+    // The report reads the file back with the same type, infinities included.
+    let text = std::fs::read(
+        dir.path()
+            .join("quantize_node_accumulate_err_of_node_sqnr.json"),
+    )
+    .unwrap();
+    let read: FigureFile = serde_json::from_slice(&text).unwrap();
+    assert_eq!(read.curves[0].values[0], f64::INFINITY);
+    assert_eq!(hmct_debug::json::pretty(&read).unwrap(), text);
 }
 
 fn error(engine: &Engine, q: Option<NodeList>, nq: Option<NodeList>) -> AccError {

@@ -324,6 +324,10 @@ fn writes_the_figure_and_its_json() {
         same(&j["single"], n.single);
         same(&j["cumulative"], n.cumulative);
     }
+    // The report reads the file back with the same type: nothing is lost.
+    let text = std::fs::read(&written[1]).unwrap();
+    let read: SensitivityAnalysis = serde_json::from_slice(&text).unwrap();
+    assert_eq!(hmct_debug::json::pretty(&read).unwrap(), text);
     // The series the figure draws.
     assert_eq!(result.x_labels()[0], "none");
     assert!(result.single_series()[0].is_nan());

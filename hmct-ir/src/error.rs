@@ -1,4 +1,7 @@
-//! The errors of loading, validating, editing and saving a model.
+//! The errors of loading, validating, editing and saving a model, and how any error
+//! of the workspace reads as one line with its causes.
+
+use std::error::Error;
 
 use hmct_tensor::TensorError;
 
@@ -43,7 +46,7 @@ pub enum IrError {
     NotCalibration { file: String, node: String },
     #[error("calibration node '{node}': {message}")]
     InvalidCalibration { node: String, message: String },
-    #[error("{file}: value '{value}': {error}")]
+    #[error("{file}: value '{value}': {}", error_chain(error))]
     Tensor {
         file: String,
         value: String,
@@ -60,4 +63,24 @@ pub enum IrError {
         node: String,
         message: String,
     },
+}
+
+/// The error and its causes on one line, joined with ": " (how the CLI and the Python
+/// package print an error). Errors name what failed and where, and leave their cause
+/// to `source`; a cause the line already ends with (an error that still quotes its
+/// own) is not repeated.
+pub fn error_chain(e: &(dyn Error + 'static)) -> String {
+    let mut line = String::new();
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !line.ends_with(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+        cause = c.source();
+    }
+    line.replace('\n', " ")
 }

@@ -35,7 +35,7 @@ pub use calibration::{
     CalibrationSpec, is_calibration_node,
 };
 pub use edit::{Change, Edit, EditError, EditReport, apply_edits, resolve, subgraph_nodes};
-pub use error::IrError;
+pub use error::{IrError, error_chain};
 pub use model::{
     Dim, Model, NodeId, ValueType, load_model, load_model_from_bytes, model_to_bytes, save_model,
     save_model_with_external_data, write_atomic,

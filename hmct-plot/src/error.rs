@@ -12,8 +12,9 @@ pub enum PlotError {
     /// The spec contradicts itself (e.g. a series longer than the x labels).
     #[error("invalid figure: {0}")]
     InvalidSpec(String),
-    /// The output path cannot be written (missing folder, no permission, ...).
-    #[error("cannot write {}: {source}", path.display())]
+    /// The output path cannot be written (missing folder, no permission, ...): the
+    /// I/O error is the `source`.
+    #[error("cannot write {}", path.display())]
     Io {
         path: PathBuf,
         #[source]

@@ -12,7 +12,8 @@ use pyo3::exceptions::{PyKeyboardInterrupt, PyOSError, PyRuntimeError, PyValueEr
 
 /// The exception for `e`; `usage` says whether it is a mistake in the arguments.
 pub(crate) fn to_py(e: &(dyn Error + 'static), usage: bool) -> PyErr {
-    let message = one_line(e);
+    // The same line the CLI prints.
+    let message = hmct_ir::error_chain(e);
     if usage {
         return PyValueError::new_err(message);
     }
@@ -45,25 +46,6 @@ pub(crate) fn to_py(e: &(dyn Error + 'static), usage: bool) -> PyErr {
 /// A `ValueError` with this message.
 pub(crate) fn value_error(message: impl Into<String>) -> PyErr {
     PyValueError::new_err(message.into())
-}
-
-/// The error and its causes on one line, joined with ": ", as the CLI prints them
-/// (a cause the line already ends with, as a few errors of hmct-quant and hmct-plot
-/// quote theirs, is not repeated).
-fn one_line(e: &(dyn Error + 'static)) -> String {
-    let mut line = String::new();
-    let mut cause: Option<&(dyn Error + 'static)> = Some(e);
-    while let Some(c) = cause {
-        let text = c.to_string();
-        if !line.ends_with(&text) {
-            if !line.is_empty() {
-                line.push_str(": ");
-            }
-            line.push_str(&text);
-        }
-        cause = c.source();
-    }
-    line.replace('\n', " ")
 }
 
 /// Shorthand: an analysis error with an `is_usage` method.

@@ -27,10 +27,11 @@ use crate::fusion::{Chain, Chains, Walk};
 use crate::ops::OpError;
 use crate::plan::{NodeOp, Plan, Slot};
 
-/// Errors while running.
+/// Errors while running. A node's error names the node; the kernel's error is its
+/// `source`, printed once by whoever prints the chain ([`hmct_ir::error_chain`]).
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    #[error("node '{node}' ({op_type}, opset {opset}): {source}")]
+    #[error("node '{node}' ({op_type}, opset {opset})")]
     Node {
         node: String,
         op_type: String,

@@ -27,10 +27,11 @@ pub struct CalibrationSetting {
 pub type CalibrationResolver<'a> =
     dyn Fn(usize, &NodeProto) -> Result<CalibrationSetting, String> + 'a;
 
-/// Errors while building a plan. Each names the node (or value) and what is wrong.
+/// Errors while building a plan. Each names the node (or value) and what is wrong;
+/// for [`PlanError::Node`] that is the kernel's error, its `source`.
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
-    #[error("node '{node}' ({op_type}, opset {opset}): {source}")]
+    #[error("node '{node}' ({op_type}, opset {opset})")]
     Node {
         node: String,
         op_type: String,
@@ -181,7 +182,7 @@ impl Plan {
             let t =
                 tensor_from_proto(init, options.base_dir).map_err(|e| PlanError::Initializer {
                     name: init.name().to_string(),
-                    message: e.to_string(),
+                    message: hmct_ir::error_chain(&e),
                 })?;
             let s = self.slot(init.name());
             self.constants[s] = Some(Arc::new(t));

@@ -56,7 +56,7 @@ fn run_case(dir: &Path, tol: &Tolerance) -> Outcome {
     let plan = match Plan::build(&graph, &options) {
         Ok(p) => p,
         Err(e @ PlanError::Node { .. }) | Err(e @ PlanError::Initializer { .. }) => {
-            let msg = e.to_string();
+            let msg = hmct_ir::error_chain(&e);
             // Invalid attributes in a conformance case are our bug, not a gap.
             if let PlanError::Node {
                 source: hmct_quant::ops::OpError::Invalid(_),
@@ -67,7 +67,7 @@ fn run_case(dir: &Path, tol: &Tolerance) -> Outcome {
             }
             return Outcome::Unsupported(msg);
         }
-        Err(e) => return Outcome::Fail(format!("plan: {e}")),
+        Err(e) => return Outcome::Fail(format!("plan: {}", hmct_ir::error_chain(&e))),
     };
     let session = Session::new(plan, 1).expect("thread pool");
 
@@ -121,7 +121,7 @@ fn run_case(dir: &Path, tol: &Tolerance) -> Outcome {
                 source: hmct_quant::ops::OpError::Unsupported(why),
                 ..
             }) => return Outcome::Unsupported(format!("at run time: {why}")),
-            Err(e) => return Outcome::Fail(format!("run: {e}")),
+            Err(e) => return Outcome::Fail(format!("run: {}", hmct_ir::error_chain(&e))),
         };
         for (i, got) in outputs.iter().enumerate() {
             let want = match read("output", i) {

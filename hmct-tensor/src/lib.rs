@@ -19,14 +19,15 @@ pub use proto::{tensor_from_proto, tensor_to_proto};
 
 use ndarray::{ArrayD, IxDyn};
 
-/// Errors of tensor conversion and I/O. Each names what was being read.
+/// Errors of tensor conversion and I/O. Each names what was being read; an I/O
+/// error is the `source` of [`TensorError::Io`], not part of its message.
 #[derive(Debug, thiserror::Error)]
 pub enum TensorError {
     #[error("{context}: unsupported element type {dtype}")]
     UnsupportedType { context: String, dtype: String },
     #[error("{context}: {message}")]
     Invalid { context: String, message: String },
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         path: String,
         #[source]
