@@ -4,8 +4,10 @@
 //! libm's `expf` is a call per element and dominates Sigmoid (SiLU) and Softmax.
 //! This one is Cody-Waite range reduction plus the Cephes `expf` polynomial: within
 //! 1 ulp of the exact value for normal results (tested to 2). Results below the smallest normal
-//! float (x < -87.34) flush to 0 instead of going subnormal. It uses no fused
-//! multiply-add, so the AVX2 and baseline builds give bit-identical results.
+//! float (x < -87.34) flush to 0 instead of going subnormal. Every multiply-add is
+//! fused (`mul_add`: one rounding, the same result with or without an FMA unit), so
+//! the AVX2+FMA and baseline builds give bit-identical results; the FMA build does the
+//! polynomial in half the instructions (Sigmoid was a fifth of EfficientNet-B0's time).
 
 /// Above this `exp` overflows to infinity.
 const HI: f32 = 88.722_83;
@@ -21,17 +23,14 @@ pub(crate) fn exp_f32(x: f32) -> f32 {
     const LN2_LO: f32 = -2.121_944_4e-4;
     // Adding and removing 1.5 * 2^23 rounds to the nearest integer without a libm call.
     const ROUND: f32 = 12_582_912.0;
-    let n = (x * LOG2E + ROUND) - ROUND;
-    let r = x - n * LN2_HI - n * LN2_LO;
-    let p = ((((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2)
-        * r
-        + 1.666_666_5e-1)
-        * r
-        + 5.000_000_1e-1)
-        * r)
-        * r
-        + r
-        + 1.0;
+    let n = x.mul_add(LOG2E, ROUND) - ROUND;
+    let r = (-n).mul_add(LN2_LO, (-n).mul_add(LN2_HI, x));
+    let p = 1.987_569_1e-4f32.mul_add(r, 1.398_199_9e-3);
+    let p = p.mul_add(r, 8.333_452e-3);
+    let p = p.mul_add(r, 4.166_579_6e-2);
+    let p = p.mul_add(r, 1.666_666_5e-1);
+    let p = p.mul_add(r, 5.000_000_1e-1);
+    let p = (p * r).mul_add(r, r) + 1.0;
     // In range n is in -126..=128; 2^128 is not a float, so that case scales by
     // 2^127 and doubles (exact).
     let ns = n.clamp(-126.0, 127.0);
