@@ -1,8 +1,13 @@
-//! Per-node timing: off unless asked for, and counting only the nodes a run executes.
+//! Per-node timing: off unless asked for, and counting only the nodes a run executes;
+//! which shows that a raised cancel flag stops a run before its next node (the
+//! Python package's Ctrl-C).
 
 use hmct_ir::Model;
 use hmct_ir::testing::build::{float_value, model, node};
-use hmct_quant::{Capture, Config, Session, plan_model};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use hmct_quant::{Capture, Config, RunError, Session, plan_model};
 use hmct_tensor::Tensor;
 
 fn session() -> Session {
@@ -69,4 +74,20 @@ fn each_run_counts_the_nodes_it_executes() {
     let times = s.node_times().unwrap();
     assert_eq!(times.calls, vec![4, 4, 4]);
     assert!(times.total.iter().all(|t| !t.is_zero()));
+}
+
+#[test]
+fn a_raised_flag_stops_the_run_before_any_node() {
+    let mut s = session().with_profiling();
+    let flag = Arc::new(AtomicBool::new(true));
+    s.set_cancel_flag(flag.clone());
+    let e = s.run(&input(), &Config::float()).unwrap_err();
+    assert!(matches!(e, RunError::Cancelled), "{e}");
+    assert_eq!(s.node_times().unwrap().calls, vec![0, 0, 0]);
+
+    flag.store(false, Ordering::Relaxed);
+    let out = s.run(&input(), &Config::float()).unwrap();
+    let plain = session().run(&input(), &Config::float()).unwrap();
+    assert_eq!(out[0].as_f32(), plain[0].as_f32());
+    assert_eq!(s.node_times().unwrap().calls, vec![1, 1, 1]);
 }
