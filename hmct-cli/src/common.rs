@@ -133,7 +133,7 @@ pub(crate) fn open_engine(
     let (model, data) = (input.model.as_path(), input.data.as_path());
     let loaded = hmct_ir::load_model(model)?;
     let cache_bytes = cache_mb
-        .unwrap_or_else(default_cache_mb)
+        .unwrap_or_else(EngineOptions::default_cache_mb)
         .saturating_mul(1 << 20);
     let engine = Engine::new(
         loaded,
@@ -148,19 +148,6 @@ pub(crate) fn open_engine(
         Err(e @ hmct_debug::engine::EngineError::Data(_)) => Err(e.into()),
         other => other.with_context(|| format!("{}", model.display())),
     }
-}
-
-/// Half the available memory, from /proc/meminfo; 2 GB when unknown.
-fn default_cache_mb() -> usize {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("MemAvailable:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<usize>().ok())
-        })
-        .map_or(2048, |kb| kb / 1024 / 2)
 }
 
 /// A progress bar on stderr with this indicatif template, hidden when stderr is not

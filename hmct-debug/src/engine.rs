@@ -123,6 +123,22 @@ pub struct EngineOptions {
     pub cache_bytes: Option<usize>,
 }
 
+impl EngineOptions {
+    /// The default budget for cached activations, in MB: half the available memory
+    /// (from /proc/meminfo), 2048 when unknown. The CLI and the Python package use it.
+    pub fn default_cache_mb() -> usize {
+        std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("MemAvailable:"))
+                    .and_then(|l| l.split_whitespace().nth(1))
+                    .and_then(|kb| kb.parse::<usize>().ok())
+            })
+            .map_or(2048, |kb| kb / 1024 / 2)
+    }
+}
+
 /// A node of the model, as analyses see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeRef {
@@ -276,8 +292,6 @@ pub struct Engine {
     cache_bytes: Option<usize>,
     cache: Mutex<Cache>,
     scores: Mutex<Scoreboard>,
-    /// Raised by the caller to stop a call between tasks (see [`Engine::set_cancel_flag`]).
-    cancel: Option<Arc<AtomicBool>>,
 }
 
 /// Every metric ([`Metric::ALL`] order) of one value of one probe on one sample,
@@ -331,7 +345,6 @@ impl Engine {
             cache_bytes: options.cache_bytes,
             cache: Mutex::new(Cache::default()),
             scores: Mutex::new(HashMap::new()),
-            cancel: None,
         })
     }
 
@@ -340,15 +353,14 @@ impl Engine {
     /// raised: an interactive caller (Ctrl-C in Python) stops a long sweep within one
     /// node's time. Figures remembered before the flag was raised stay valid.
     pub fn set_cancel_flag(&mut self, flag: Arc<AtomicBool>) {
-        self.session.set_cancel_flag(flag.clone());
-        self.cancel = Some(flag);
+        self.session.set_cancel_flag(flag);
     }
 
     fn check_cancelled(&self) -> Result<(), EngineError> {
-        match &self.cancel {
-            Some(flag) if flag.load(Ordering::Relaxed) => Err(EngineError::Cancelled),
-            _ => Ok(()),
+        if self.session.is_cancelled() {
+            return Err(EngineError::Cancelled);
         }
+        Ok(())
     }
 
     pub fn model(&self) -> &Model {

@@ -103,21 +103,6 @@ fn paths(written: Vec<PathBuf>) -> Vec<String> {
         .collect()
 }
 
-/// Half the available memory, from /proc/meminfo; 2 GB when unknown (the CLI's
-/// default budget for cached activations).
-fn default_cache_bytes() -> usize {
-    let mb = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("MemAvailable:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<usize>().ok())
-        })
-        .map_or(2048, |kb| kb / 1024 / 2);
-    mb.saturating_mul(1 << 20)
-}
-
 fn promote_qtype(name: &str) -> PyResult<PromoteQType> {
     name.parse::<DequantQType>().map_err(|e| py_err!(e))
 }
@@ -168,7 +153,9 @@ impl Analyzer {
         let options = EngineOptions {
             threads,
             cache_bytes: Some(
-                cache_mb.map_or_else(default_cache_bytes, |mb| mb.saturating_mul(1 << 20)),
+                cache_mb
+                    .unwrap_or_else(EngineOptions::default_cache_mb)
+                    .saturating_mul(1 << 20),
             ),
         };
         let mut engine = py

@@ -247,6 +247,13 @@ impl Session {
         self.cancel = Some(flag);
     }
 
+    /// Whether the flag given to [`Session::set_cancel_flag`] is raised.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel
+            .as_ref()
+            .is_some_and(|f| f.load(Ordering::Relaxed))
+    }
+
     /// Time per plan node since profiling was switched on; `None` when it is off.
     pub fn node_times(&self) -> Option<NodeTimes> {
         self.profile
@@ -444,11 +451,7 @@ impl Session {
             if !run_node[i] || fused[i] {
                 continue;
             }
-            if self
-                .cancel
-                .as_ref()
-                .is_some_and(|f| f.load(Ordering::Relaxed))
-            {
+            if self.is_cancelled() {
                 return Err(RunError::Cancelled);
             }
             let start = scope.profile.map(|_| Instant::now());
