@@ -96,8 +96,11 @@ struct Layout {
     row_step: usize,
     window_rows: usize,
     /// Positions are counted at the input's row width `wide` (one line over the whole
-    /// plane, `wide - ow` unused positions per row) and trimmed into the output.
+    /// plane, `wide - ow` unused positions per row) and trimmed into the output; for a
+    /// copy, at its planes' width, one line over a task's output rows.
     wide: Option<usize>,
+    /// Rows of each phase plane of a copy (see [`Layout::plan_copy`]).
+    slots: usize,
 }
 
 impl Layout {
@@ -134,62 +137,129 @@ impl Layout {
                 row_step: sh,
                 window_rows: (kh - 1) * dh + 1,
                 wide,
+                slots: 0,
             };
         }
         let phase = cols.div_ceil(sw);
-        let row_len = phase * sw;
-        let taps = (0..kh)
-            .flat_map(|a| {
-                (0..kw).map(move |b| a * dh * row_len + (b * dw) % sw * phase + b * dw / sw)
-            })
-            .collect();
         Layout {
             lines: oh,
             line_len: ow,
-            line_stride: sh * row_len,
-            taps,
+            line_stride: phase,
+            // Set by `plan_copy`, which needs the task size.
+            taps: Vec::new(),
             copy: true,
-            row_len,
+            row_len: phase * sw,
             phase,
             row_step: sh,
             window_rows: (kh - 1) * dh + 1,
             wide: None,
+            slots: 0,
         }
     }
 
-    /// Copies padded rows `r0..` of one input channel into `dst` (whole rows of the
-    /// padded, phase-split plane). Every element of `dst` is written.
+    /// For a copy read by tasks of at most `line_group` output lines: the rows of its
+    /// phase planes and the taps' offsets in them, and whether a task's lines are summed
+    /// as one wide line (`wide_ok`: the caller can trim one).
+    ///
+    /// A task's padded rows are split into `sh × sw` phase planes: row `r` (from the
+    /// task's first), column `col` go to plane `(r % sh, col % sw)`, row `r / sh`,
+    /// column `col / sw`. Then a tap reads consecutive values along an output line,
+    /// and the next output line one plane row (`phase` values) further on, whatever
+    /// the stride: output `(l, j)` is position `l · phase + j` of one line, and the
+    /// `phase - ow` positions after each output row are computed and dropped.
+    fn plan_copy(&mut self, g: &Win3, line_group: usize, nr: usize, wide_ok: bool) {
+        let [_, kh, kw] = g.kernel;
+        let [_, sh, sw] = g.stride;
+        let [_, dh, dw] = g.dil;
+        let copy_rows = (line_group - 1) * sh + self.window_rows;
+        let (slots, phase) = (copy_rows.div_ceil(sh), self.phase);
+        self.slots = slots;
+        self.taps = (0..kh)
+            .flat_map(|a| {
+                (0..kw).map(move |b| {
+                    let (r, c) = (a * dh, b * dw);
+                    ((r % sh * sw + c % sw) * slots + r / sh) * phase + c / sw
+                })
+            })
+            .collect();
+        let ow = g.out[2];
+        if wide_ok && line_group > 1 && wide_fills_better(line_group, ow, phase, nr) {
+            self.wide = Some(phase);
+        }
+    }
+
+    /// Values of one channel's copy.
+    fn copy_chan(&self) -> usize {
+        self.row_step * self.row_len * self.slots
+    }
+
+    /// Positions of a task's lines `l0..l1`: as one wide line, or each line's.
+    fn task_line_len(&self, lines: usize) -> usize {
+        match (self.copy, self.wide) {
+            (true, Some(phase)) => (lines - 1) * phase + self.line_len,
+            _ => self.line_len,
+        }
+    }
+
+    /// Copies padded rows `r0..` of one input channel into `dst`, the phase planes of
+    /// [`Layout::plan_copy`] (`copy_chan` values; `r0` is a multiple of the row
+    /// stride). Every element of `dst` is written.
     fn fill_rows(&self, g: &Win3, src: &[f32], dst: &mut [f32], r0: usize) {
         let [_, ih, iw] = g.input;
-        let sw = g.stride[2];
+        let (sh, sw) = (self.row_step, g.stride[2]);
         let (ph, pw) = (g.pad[1] as usize, g.pad[2] as usize);
+        let (phase, slots) = (self.phase, self.slots);
         let cols = iw.min(self.row_len.saturating_sub(pw));
-        for (i, out) in dst.chunks_exact_mut(self.row_len).enumerate() {
-            let Some(h) = (r0 + i).checked_sub(ph).filter(|&h| h < ih) else {
-                out.fill(0.0);
-                continue;
-            };
-            let row = &src[h * iw..][..cols];
-            if sw == 1 {
-                out[..pw].fill(0.0);
-                out[pw..pw + cols].copy_from_slice(row);
-                out[pw + cols..].fill(0.0);
-                continue;
-            }
-            out.fill(0.0);
-            // Padded column `col` goes to phase `col % sw`, slot `col / sw`.
-            for p in 0..sw {
-                let first = (p + sw - pw % sw) % sw;
-                let slot0 = (first + pw) / sw;
-                let phase = &mut out[p * self.phase..][..self.phase];
-                for (d, &v) in phase[slot0..]
-                    .iter_mut()
-                    .zip(row.iter().skip(first).step_by(sw))
-                {
-                    *d = v;
+        for i in 0..sh * slots {
+            let (pr, slot) = (i % sh, i / sh);
+            // Phase `pc` of this row: plane `pr · sw + pc`, row `slot`.
+            let at = |pc: usize| ((pr * sw + pc) * slots + slot) * phase;
+            let row = (r0 + i)
+                .checked_sub(ph)
+                .filter(|&h| h < ih)
+                .map(|h| &src[h * iw..][..cols]);
+            match (row, sw) {
+                (None, _) => (0..sw).for_each(|pc| dst[at(pc)..][..phase].fill(0.0)),
+                (Some(row), 1) => {
+                    let out = &mut dst[at(0)..][..phase];
+                    out[..pw].fill(0.0);
+                    out[pw..pw + cols].copy_from_slice(row);
+                    out[pw + cols..].fill(0.0);
+                }
+                (Some(row), 2) => {
+                    // Row element `i` is padded column `pw + i`: the even elements go
+                    // to phase `pw % 2` from slot `pw / 2`, the odd ones to the other
+                    // phase from slot `(pw + 1) / 2`.
+                    let (head, tail) = dst.split_at_mut(at(1));
+                    let (p0, p1) = (&mut head[at(0)..][..phase], &mut tail[..phase]);
+                    p0.fill(0.0);
+                    p1.fill(0.0);
+                    let (even, odd) = if pw % 2 == 0 { (p0, p1) } else { (p1, p0) };
+                    split_pairs(row, &mut even[pw / 2..], &mut odd[pw.div_ceil(2)..]);
+                }
+                (Some(row), _) => {
+                    for col in 0..self.row_len {
+                        let v = col.checked_sub(pw).and_then(|c| row.get(c));
+                        dst[at(col % sw) + col / sw] = v.copied().unwrap_or(0.0);
+                    }
                 }
             }
         }
+    }
+}
+
+/// `even[k] = row[2k]` and `odd[k] = row[2k + 1]` for every element of `row`. A loop of
+/// its own so that it vectorizes (as `step_by` loops over the row did not: they were
+/// 40% of a stride-2 conv's time).
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2"))]
+fn split_pairs(row: &[f32], even: &mut [f32], odd: &mut [f32]) {
+    let pairs = row.chunks_exact(2);
+    if let [last] = pairs.remainder() {
+        even[row.len() / 2] = *last;
+    }
+    for ((e, o), pair) in even.iter_mut().zip(odd.iter_mut()).zip(pairs) {
+        *e = pair[0];
+        *o = pair[1];
     }
 }
 
@@ -210,7 +280,7 @@ pub(crate) fn conv(
 ) {
     let (cg, mg) = (c / group, m / group);
     let (mr, nr) = isa.tile();
-    let lay = Layout::new(g, nr);
+    let mut lay = Layout::new(g, nr);
     let (in_vol, out_vol, k_vol) = (g.in_vol(), g.out_vol(), g.k_vol());
     let kdim = cg * k_vol;
     let work = n * m * out_vol * kdim;
@@ -219,25 +289,34 @@ pub(crate) fn conv(
     // the input one channel block of them reads, times channel chunks when positions
     // alone give few tasks.
     let c_block = (K_BLOCK / k_vol).clamp(1, cg);
-    // AVX-512 stores wide lines through a `Trim`; AVX2 sums them in a buffer.
-    let trim = match lay.wide {
-        Some(iw) if isa == Isa::Avx512 => Some(Trim::new(lay.line_len, iw, g.out[2])),
-        _ => None,
-    };
-    let trim = trim.as_ref();
     let (line_group, col_chunk) = if lay.lines == 1 {
+        if lay.copy {
+            lay.plan_copy(g, 1, nr, false);
+        }
         let mut cols = (TASK_INPUT / (c_block * k_vol)).max(nr) / nr * nr;
-        if lay.wide.is_some() && trim.is_none() {
+        if lay.wide.is_some() && isa != Isa::Avx512 {
             cols = cols.min((WIDE_SUMS / mg).max(nr) / nr * nr);
         }
         (1, cols.min(lay.line_len.next_multiple_of(nr)))
     } else {
         let per_line = c_block * lay.row_step * lay.row_len;
-        (
-            (TASK_INPUT / per_line.max(1)).clamp(1, lay.lines),
-            lay.line_len,
-        )
+        let line_group = (TASK_INPUT / per_line.max(1)).clamp(1, lay.lines);
+        if lay.copy {
+            // Wide copies are trimmed by AVX-512's stores only.
+            lay.plan_copy(g, line_group, nr, isa == Isa::Avx512);
+        }
+        (line_group, lay.task_line_len(line_group))
     };
+    // AVX-512 stores wide lines through a `Trim`; AVX2 sums them in a buffer.
+    let trim = match lay.wide {
+        Some(iw) if isa == Isa::Avx512 => Some(Trim::new(
+            lay.task_line_len(line_group).max(lay.line_len),
+            iw,
+            g.out[2],
+        )),
+        _ => None,
+    };
+    let trim = trim.as_ref();
     let col_tasks = lay.line_len.div_ceil(col_chunk);
     let line_tasks = lay.lines.div_ceil(line_group) * col_tasks;
     let m_chunk = if n * group * line_tasks < 4 && mg > M_CHUNK {
@@ -257,10 +336,8 @@ pub(crate) fn conv(
         let bg = t / line_tasks / m_tasks;
         let (b, gi) = (bg / group, bg % group);
         let (l0, j0) = (lt / col_tasks * line_group, lt % col_tasks * col_chunk);
-        let (l1, j1) = (
-            (l0 + line_group).min(lay.lines),
-            (j0 + col_chunk).min(lay.line_len),
-        );
+        let l1 = (l0 + line_group).min(lay.lines);
+        let j1 = (j0 + col_chunk).min(lay.task_line_len(l1 - l0).max(lay.line_len));
         let m0 = mt * m_chunk;
         let m1 = (m0 + m_chunk).min(mg);
         let xg = &x[(b * c + gi * cg) * in_vol..][..cg * in_vol];
@@ -280,18 +357,13 @@ pub(crate) fn conv(
                 // The padded rows these lines read, of this block's channels, copied into
                 // a per-thread buffer that stays in cache; plain input is read in place.
                 let first_row = l0 * lay.row_step;
-                let copy_rows = (l1 - 1 - l0) * lay.row_step + lay.window_rows;
-                let copy_len = if lay.copy {
-                    cn * copy_rows * lay.row_len
-                } else {
-                    0
-                };
+                let copy_len = if lay.copy { cn * lay.copy_chan() } else { 0 };
                 f32::with_scratch(copy_len, |buf| {
                     let (xs, chan, line0) = if lay.copy {
-                        for (ci, dst) in buf.chunks_exact_mut(copy_rows * lay.row_len).enumerate() {
+                        for (ci, dst) in buf.chunks_exact_mut(lay.copy_chan()).enumerate() {
                             lay.fill_rows(g, &xg[(c0 + ci) * in_vol..][..in_vol], dst, first_row);
                         }
-                        (&buf[..], copy_rows * lay.row_len, l0)
+                        (&buf[..], lay.copy_chan(), l0)
                     } else {
                         (&xg[c0 * in_vol..], in_vol, 0)
                     };
@@ -313,7 +385,10 @@ pub(crate) fn conv(
                         unsafe {
                             let plane = yp.0.add((b * m + ch) * out_vol);
                             let (out, ldo, trim) = match (lay.wide, trim) {
-                                (Some(_), Some(t)) => (plane, out_vol, Some((t, j))),
+                                // A wide copy's line starts at output line l.
+                                (Some(_), Some(t)) => {
+                                    (plane.add(l * lay.line_len), out_vol, Some((t, j)))
+                                }
                                 (Some(_), None) => (
                                     wide_ptr.0.add((mb - m0) * (j1 - j0) + j - j0),
                                     j1 - j0,
@@ -332,7 +407,12 @@ pub(crate) fn conv(
                             segment(isa, xs, base, terms, rows, init, dest, len);
                         }
                     };
-                    for l in l0..l1 {
+                    // A wide copy sums the task's lines as one, from line l0.
+                    let lines = match (lay.copy, lay.wide) {
+                        (true, Some(_)) => l0..l0 + 1,
+                        _ => l0..l1,
+                    };
+                    for l in lines {
                         if channels_inner {
                             // The tile's input stays in L1 across the channel's row blocks.
                             for j in (j0..j1).step_by(nr) {
@@ -911,6 +991,45 @@ pub(crate) mod tests {
                 m: 600,
                 hw: [12, 12],
                 p: [0; 4],
+                ..base
+            },
+            // Narrow padded rows and strides: AVX-512 sums a task's lines as one wide
+            // line over the copy's phase planes, AVX2 line by line.
+            Shape {
+                c: 40,
+                m: 30,
+                hw: [7, 7],
+                ..base
+            },
+            Shape {
+                c: 20,
+                m: 13,
+                hw: [28, 27],
+                s: [2, 2],
+                ..base
+            },
+            // Several tasks of wide lines (a task's copy holds only its own rows).
+            Shape {
+                c: 40,
+                m: 13,
+                hw: [100, 12],
+                ..base
+            },
+            Shape {
+                c: 20,
+                m: 14,
+                hw: [200, 15],
+                s: [2, 2],
+                ..base
+            },
+            Shape {
+                c: 6,
+                m: 5,
+                hw: [17, 19],
+                k: [5, 3],
+                s: [3, 2],
+                d: [1, 2],
+                p: [2, 1, 2, 3],
                 ..base
             },
             Shape {
