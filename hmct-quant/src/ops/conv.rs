@@ -282,6 +282,8 @@ pub(crate) fn conv_nd<T: Scalar>(
         && k_vol == 1
         && g3.pad == [0; 3]
         && g3.stride != [1; 3]
+        // No end padding either: every output reads an input.
+        && (0..3).all(|a| (g3.out[a] - 1) * g3.stride[a] < g3.input[a])
         && crate::cpu::conv_isa().is_some()
     {
         let dense = Win3 {
@@ -575,6 +577,9 @@ struct DwScratch<T> {
     row_taps: Vec<(T, usize)>,
     /// Outputs over the padded width, for the stride-1 path of [`dw_plane`].
     flat: Vec<T>,
+    /// Whether `padded` holds the padding as zeros: a scratch serves the planes of
+    /// one conv, and planes after the first copy only their data rows.
+    zeroed: bool,
 }
 
 impl<T> Default for DwScratch<T> {
@@ -584,6 +589,7 @@ impl<T> Default for DwScratch<T> {
             taps: Vec::new(),
             row_taps: Vec::new(),
             flat: Vec::new(),
+            zeroed: false,
         }
     }
 }
@@ -605,7 +611,7 @@ impl<T> Default for DwScratch<T> {
 /// kernel rows in the depth or height padding are skipped. The whole function is compiled for AVX2 and FMA when available;
 /// there each tap is one fused multiply-add (half the instructions of a multiply and
 /// an add, and one rounding), elsewhere a multiply and an add.
-#[multiversion::multiversion(targets("x86_64+avx2+fma"))]
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+fma", "x86_64+avx2+fma"))]
 fn dw_plane<T: Scalar>(
     xc: &[T],
     wk: &[T],
@@ -619,33 +625,41 @@ fn dw_plane<T: Scalar>(
         taps,
         row_taps,
         flat,
+        zeroed,
     } = scratch;
     // Padded extent each axis needs: the last output's last tap, plus one.
     let extent = |a: usize| (g.out[a] - 1) * g.stride[a] + (g.kernel[a] - 1) * g.dil[a] + 1;
     let (ed, eh, ew) = (extent(0), extent(1), extent(2));
-    // The buffer is reused plane after plane. Rows in the depth or height padding are
-    // zeroed (only the flat path reads them); in data rows the padding columns are.
-    // Past the plane, zeros that the last block of a row may read for outputs beyond
-    // the row's end (see `dw_row`).
+    // The buffer is reused plane after plane. Its padding (rows in the depth or height
+    // padding, the padding columns of data rows) and, past the plane, zeros that the
+    // last block of a row may read for outputs beyond the row's end (see `dw_row`),
+    // are written once per geometry; each plane then copies only its data. On the
+    // 7x7 planes of late MobileNet stages, filling and copying row by row with
+    // library calls took longer than the arithmetic.
+    if g.out[0] == 1 && g.kernel[0] == 1 && g.stride == [1, 2, 2] {
+        let fma = multiversion::target::target_cfg_f!(target_feature = "fma");
+        dw_plane_stride2(xc, wk, start, out, g, scratch, fma);
+        return;
+    }
     let slack = TAIL * g.stride[2];
-    buf.resize(ed * eh * ew + slack, T::zero());
     let [id_n, ih_n, iw_n] = g.input;
     let pad = g.pad.map(|p| p as usize);
     let cols = iw_n.min(ew.saturating_sub(pad[2]));
-    for (i, dst) in buf[..ed * eh * ew].chunks_exact_mut(ew).enumerate() {
-        let (d, h) = (i / eh, i % eh);
-        let data_row = d
-            .checked_sub(pad[0])
-            .filter(|&d| d < id_n)
-            .zip(h.checked_sub(pad[1]).filter(|&h| h < ih_n));
-        if let Some((d, h)) = data_row {
-            // A stride wider than the data can leave the left padding past `ew`.
-            let left = pad[2].min(ew);
-            dst[..left].fill(T::zero());
-            dst[left..][..cols].copy_from_slice(&xc[(d * ih_n + h) * iw_n..][..cols]);
-            dst[left + cols..].fill(T::zero());
-        } else {
-            dst.fill(T::zero());
+    // A stride wider than the data can leave the left padding past `ew`.
+    let left = pad[2].min(ew);
+    if !*zeroed {
+        buf.clear();
+        buf.resize(ed * eh * ew + slack, T::zero());
+        *zeroed = true;
+    }
+    for d in 0..ed {
+        let Some(dd) = d.checked_sub(pad[0]).filter(|&d| d < id_n) else {
+            continue;
+        };
+        for hh in 0..ih_n.min(eh.saturating_sub(pad[1])) {
+            let to = (d * eh + hh + pad[1]) * ew + left;
+            let from = (dd * ih_n + hh) * iw_n;
+            copy_short(&mut buf[to..][..cols], &xc[from..][..cols]);
         }
     }
     if taps.len() != wk.len() {
@@ -673,7 +687,7 @@ fn dw_plane<T: Scalar>(
             dw_row::<T, 1, false>(flat, start, buf, taps, 1);
         }
         for (oh, orow) in out.chunks_exact_mut(ow_n).enumerate() {
-            orow.copy_from_slice(&flat[oh * ew..][..ow_n]);
+            copy_short(orow, &flat[oh * ew..][..ow_n]);
         }
         return;
     }
@@ -724,6 +738,126 @@ fn dw_plane<T: Scalar>(
     }
 }
 
+/// `dst.copy_from_slice(src)` for rows of a few to a few dozen values, without a call
+/// to `memcpy`: fixed-size blocks of 8 or 4, the last one overlapping the one before.
+#[inline(always)]
+fn copy_short<T: Copy>(dst: &mut [T], src: &[T]) {
+    #[inline(always)]
+    fn blocks<T: Copy, const B: usize>(dst: &mut [T], src: &[T]) {
+        let n = dst.len();
+        let block = |dst: &mut [T], at: usize| {
+            let s: &[T; B] = src[at..at + B].try_into().unwrap();
+            let d: &mut [T; B] = (&mut dst[at..at + B]).try_into().unwrap();
+            *d = *s;
+        };
+        for at in (0..n - B + 1).step_by(B) {
+            block(dst, at);
+        }
+        block(dst, n - B);
+    }
+    assert_eq!(dst.len(), src.len());
+    match dst.len() {
+        8.. => blocks::<T, 8>(dst, src),
+        4.. => blocks::<T, 4>(dst, src),
+        _ => {
+            for (d, s) in dst.iter_mut().zip(src) {
+                *d = *s;
+            }
+        }
+    }
+}
+
+/// [`dw_plane`] for 2-D convs of stride 2: the padded plane is split into four phase
+/// planes (padded row `r`, column `c` go to plane `(r % 2, c % 2)`, row `r / 2`,
+/// column `c / 2`), where each tap reads consecutive values for consecutive outputs,
+/// so the plane's outputs are one row over the phase width, computed as for stride 1
+/// (row by row with strided loads, this conv ran at a third of the stride-1 rate).
+/// Taps are added in the same order, so the sums are the same.
+#[inline(always)]
+fn dw_plane_stride2<T: Scalar>(
+    xc: &[T],
+    wk: &[T],
+    start: T,
+    out: &mut [T],
+    g: &Win3,
+    scratch: &mut DwScratch<T>,
+    fma: bool,
+) {
+    let DwScratch {
+        padded: buf,
+        taps,
+        flat,
+        zeroed,
+        ..
+    } = scratch;
+    let [_, ih, iw] = g.input;
+    let [_, oh, ow] = g.out;
+    let [_, kh, kw] = g.kernel;
+    let [_, dh, dw] = g.dil;
+    let (ph, pw) = (g.pad[1] as usize, g.pad[2] as usize);
+    // Padded extent, and the rows and columns of each phase plane.
+    let eh = (oh - 1) * 2 + (kh - 1) * dh + 1;
+    let ew = (ow - 1) * 2 + (kw - 1) * dw + 1;
+    let (rows, width) = (eh.div_ceil(2), ew.div_ceil(2));
+    let plane = rows * width;
+    if !*zeroed {
+        buf.clear();
+        buf.resize(4 * plane + TAIL, T::zero());
+        *zeroed = true;
+    }
+    let cols = iw.min(ew.saturating_sub(pw));
+    for h in 0..ih.min(eh.saturating_sub(ph)) {
+        let r = h + ph;
+        let at = |pc: usize| ((r % 2 * 2 + pc) * rows + r / 2) * width;
+        // Input column `i` is padded column `pw + i`: the even ones go to phase
+        // `pw % 2` from slot `pw / 2`, the odd ones to the other phase from slot
+        // `(pw + 1) / 2`.
+        let src = &xc[h * iw..][..cols];
+        let (e0, o0) = (at(pw % 2) + pw / 2, at((pw + 1) % 2) + pw.div_ceil(2));
+        let (even, odd) = if e0 < o0 {
+            let (a, b) = buf.split_at_mut(o0);
+            (&mut a[e0..], b)
+        } else {
+            let (a, b) = buf.split_at_mut(e0);
+            (b, &mut a[o0..])
+        };
+        let pairs = src.chunks_exact(2);
+        if let [last] = pairs.remainder() {
+            even[cols / 2] = *last;
+        }
+        for ((e, o), pair) in even[..cols / 2]
+            .iter_mut()
+            .zip(&mut odd[..cols / 2])
+            .zip(pairs)
+        {
+            *e = pair[0];
+            *o = pair[1];
+        }
+    }
+    if taps.len() != wk.len() {
+        taps.clear();
+        for b in 0..kh {
+            for c in 0..kw {
+                let (r, cc) = (b * dh, c * dw);
+                let off = ((r % 2 * 2 + cc % 2) * rows + r / 2) * width + cc / 2;
+                taps.push((T::zero(), off));
+            }
+        }
+    }
+    for (tap, &wv) in taps.iter_mut().zip(wk) {
+        tap.0 = wv;
+    }
+    let flat = &mut scratch_flat(flat, (oh - 1) * width + ow);
+    if fma {
+        dw_row::<T, 1, true>(flat, start, buf, taps, 1);
+    } else {
+        dw_row::<T, 1, false>(flat, start, buf, taps, 1);
+    }
+    for (h, orow) in out.chunks_exact_mut(ow).enumerate() {
+        copy_short(orow, &flat[h * width..][..ow]);
+    }
+}
+
 /// `v` resized to `n` elements (stale contents).
 fn scratch_flat<T: Scalar>(v: &mut Vec<T>, n: usize) -> &mut [T] {
     v.resize(n, T::zero());
@@ -734,9 +868,13 @@ fn scratch_flat<T: Scalar>(v: &mut Vec<T>, n: usize) -> &mut [T] {
 /// per tap. `S` is the width stride when known at compile time, 0 when only `s` gives
 /// it; `FMA` makes each tap a fused multiply-add.
 ///
-/// Outputs are summed in registers, in blocks of 64, 32 and 8, then one by one. A
-/// block needs several independent sums to hide the latency of a multiply-add: eight
-/// registers' worth keep both FMA units busy, four (of a 32-block) only half.
+/// Outputs are summed in registers, in blocks of 64, then the rest as one block of
+/// 16, 32, 48 or 64 whose extra lanes read past the row (into the next row or the
+/// plane's slack) and are dropped. A block needs several independent sums to hide
+/// the latency of a multiply-add; output by output, or in blocks of 8 with one sum
+/// each, the last outputs of rows of 7, 14 or 28 columns took most of the conv's
+/// time. Every lane adds the same taps in the same order, so the kept lanes are what
+/// a one-by-one loop gives.
 #[inline(always)]
 fn dw_row<T: Scalar, const S: usize, const FMA: bool>(
     orow: &mut [T],
@@ -746,28 +884,24 @@ fn dw_row<T: Scalar, const S: usize, const FMA: bool>(
     s: usize,
 ) {
     let s = if S == 0 { s } else { S };
-    // Ends of the runs of 64-, 32- and 8-blocks.
     let n = orow.len();
     let e64 = n / 64 * 64;
-    let e32 = e64 + (n - e64) / 32 * 32;
-    let e8 = e32 + (n - e32) / 8 * 8;
     dw_blocks::<T, S, 64, FMA>(&mut orow[..e64], start, 0, row, taps, s);
-    dw_blocks::<T, S, 32, FMA>(&mut orow[e64..e32], start, e64, row, taps, s);
-    dw_blocks::<T, S, 8, FMA>(&mut orow[e32..e8], start, e32, row, taps, s);
-    // The last outputs as one more block whose extra lanes read past the row (into the
-    // next row or the plane's slack) and are dropped. Output by output, with a chain
-    // of dependent multiply-adds each, they took most of the conv's time on planes of
-    // 7, 14 or 28 columns. Every lane adds the same taps in the same order, so the
-    // kept lanes are what the one-by-one loop gave.
-    if e8 < n {
+    if e64 < n {
         let mut block = [start; TAIL];
-        dw_blocks::<T, S, TAIL, FMA>(&mut block, start, e8, row, taps, s);
-        orow[e8..].copy_from_slice(&block[..n - e8]);
+        let b = &mut block[..];
+        match (n - e64).div_ceil(16) {
+            1 => dw_blocks::<T, S, 16, FMA>(&mut b[..16], start, e64, row, taps, s),
+            2 => dw_blocks::<T, S, 32, FMA>(&mut b[..32], start, e64, row, taps, s),
+            3 => dw_blocks::<T, S, 48, FMA>(&mut b[..48], start, e64, row, taps, s),
+            _ => dw_blocks::<T, S, 64, FMA>(b, start, e64, row, taps, s),
+        }
+        copy_short(&mut orow[e64..], &block[..n - e64]);
     }
 }
 
 /// Outputs of a row's last block, computed together even where fewer remain.
-const TAIL: usize = 8;
+const TAIL: usize = 64;
 
 /// `acc + w·x`, fused when `FMA`.
 #[inline(always)]
