@@ -231,11 +231,11 @@ impl Chain {
 }
 
 /// Pieces `first..` of a chain's values (`out`, and `src` when given, hold whole
-/// pieces), each block by block; AVX2 doubles the width of every step's loop where
-/// the CPU has it (IEEE operations, so the same results). The first steps read the
+/// pieces), each block by block; AVX-512 or AVX2 widen every step's loop where the
+/// CPU has them (IEEE operations, so the same results). The first steps read the
 /// input where it lies and the last step writes the output where it goes: copying
 /// blocks in and out cost a fifth of a five-node chain.
-#[multiversion::multiversion(targets("x86_64+avx2"))]
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2"))]
 fn run_pieces(
     chain: &Chain,
     walk: Walk,

@@ -253,10 +253,10 @@ fn max_pool_values<T: PoolElem>(x: &[T], xs: &[usize], g: &Win3, lowest: T, skip
     y
 }
 
-/// [`PhaseGeometry::plane`], compiled for AVX2 where the CPU has it, so the loops
-/// without hand-written vector code (other element types, odd strides) vectorize eight
-/// lanes wide.
-#[multiversion::multiversion(targets("x86_64+avx2"))]
+/// [`PhaseGeometry::plane`], compiled for AVX-512 or AVX2 where the CPU has them, so
+/// the loops without hand-written vector code (other element types, odd strides)
+/// vectorize sixteen or eight lanes wide.
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2"))]
 fn pool_plane<T: PoolElem>(
     geo: &PhaseGeometry,
     x: &[T],

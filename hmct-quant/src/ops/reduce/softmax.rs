@@ -21,7 +21,7 @@ enum Kind {
     Hardmax,
 }
 
-#[multiversion::multiversion(targets("x86_64+avx2+fma"))]
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+fma", "x86_64+avx2+fma"))]
 fn row<T: Real>(x: &[T], y: &mut [T], kind: Kind) {
     let m = fold_row(x, T::LOWEST, |v| v, Num::max_nan);
     match kind {
@@ -57,7 +57,7 @@ fn row<T: Real>(x: &[T], y: &mut [T], kind: Kind) {
 }
 
 /// One `[len, inner]` block: the op along `len` for every one of `inner` columns.
-#[multiversion::multiversion(targets("x86_64+avx2+fma"))]
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+fma", "x86_64+avx2+fma"))]
 fn block<T: Real>(x: &[T], y: &mut [T], len: usize, inner: usize, kind: Kind) {
     let mut m = vec![T::LOWEST; inner];
     for r in 0..len {
