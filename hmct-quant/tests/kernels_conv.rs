@@ -498,3 +498,67 @@ fn conv_is_thread_count_independent() {
         assert_eq!(f32_bits(&one), f32_bits(&three), "{c:?}");
     }
 }
+
+/// Kernel rows and columns that read only padding are dropped before the conv runs:
+/// a dilation past the map (DeepLab's ASPP, where a 3x3 kernel of dilation 36 on a
+/// 32x32 map is a 1x1 conv), a one-row input under a 3x3 kernel, and a right pad
+/// that only the last kernel column reads; dense and depthwise, with strides.
+#[test]
+fn taps_in_padding_only() {
+    let base = Case {
+        n: 1,
+        cg: 20,
+        group: 1,
+        mg: 30,
+        h: 12,
+        w: 12,
+        k: [3, 3],
+        s: [1, 1],
+        d: [14, 14],
+        p: [14; 4],
+    };
+    let cases = [
+        base.clone(),
+        Case {
+            d: [6, 14],
+            p: [6, 6, 6, 14],
+            ..base.clone()
+        },
+        Case {
+            h: 1,
+            w: 40,
+            d: [1, 1],
+            p: [1; 4],
+            ..base.clone()
+        },
+        Case {
+            w: 4,
+            d: [1, 3],
+            p: [1, 0, 1, 3],
+            ..base.clone()
+        },
+        Case {
+            cg: 1,
+            group: 24,
+            mg: 1,
+            ..base.clone()
+        },
+        Case {
+            cg: 1,
+            group: 16,
+            mg: 1,
+            h: 1,
+            w: 33,
+            s: [2, 2],
+            d: [1, 1],
+            p: [1; 4],
+            ..base.clone()
+        },
+    ];
+    for (i, c) in cases.iter().enumerate() {
+        assert!(window_fits(c), "case {i}");
+        if let Err(e) = matches_reference(c, 40 + i as u64) {
+            panic!("case {i}: {e}");
+        }
+    }
+}

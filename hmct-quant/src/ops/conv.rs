@@ -259,6 +259,11 @@ pub(crate) fn conv_nd<T: Scalar>(
     let g3 = Win3::new(&xs[2..], &win)?;
     let mut shape = vec![n, m];
     shape.extend_from_slice(&win.out);
+    let trimmed = trim_padding_taps(w, m * cg, &g3);
+    let (w, g3) = match &trimmed {
+        Some((tw, tg)) => (&tw[..], *tg),
+        None => (w, g3),
+    };
     let (in_vol, out_vol, k_vol) = (g3.in_vol(), g3.out_vol(), g3.k_vol());
     if n * m * out_vol == 0 {
         return Ok((Vec::new(), shape));
@@ -455,6 +460,55 @@ fn f32_slice<T: 'static>(s: &[T]) -> Option<&[f32]> {
     // SAFETY: T is f32, so the slice's memory holds exactly `len` f32 values.
     (TypeId::of::<T>() == TypeId::of::<f32>())
         .then(|| unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<f32>(), s.len()) })
+}
+
+/// The conv without the kernel rows, columns or slices that read only padding for
+/// every output (they add `w·0`): its weights (`filters` filters of `g.kernel`) and
+/// geometry, or `None` when every tap reads data somewhere. DeepLab's ASPP conv of
+/// dilation 36 on a 32x32 map is a 1x1 conv in a 3x3 kernel (nine times the work);
+/// the sums differ from the full kernel's at most in the sign of a zero sum.
+fn trim_padding_taps<T: Scalar>(w: &[T], filters: usize, g: &Win3) -> Option<(Vec<T>, Win3)> {
+    let mut first = [0; 3];
+    let mut used = g.kernel;
+    for a in 0..3 {
+        // Tap `t` reads padded positions `t·d + o·s` for outputs `o`; data lies in
+        // `[pad, pad + input)`.
+        let (d, s, pad) = (g.dil[a], g.stride[a], g.pad[a]);
+        let last_out = ((g.out[a] - 1) * s) as isize;
+        let reads = |t: usize| {
+            let lo = (t * d) as isize;
+            lo + last_out >= pad && lo < pad + g.input[a] as isize
+        };
+        let t0 = (0..g.kernel[a]).find(|&t| reads(t))?;
+        let t1 = (t0..g.kernel[a]).rfind(|&t| reads(t)).unwrap_or(t0) + 1;
+        if g.pad[a] < (t0 * d) as isize {
+            // Dropping them would leave a negative pad (a crop): not worth it.
+            return None;
+        }
+        (first[a], used[a]) = (t0, t1 - t0);
+    }
+    if used == g.kernel {
+        return None;
+    }
+    let [kd, kh, kw] = g.kernel;
+    let mut trimmed = Vec::with_capacity(filters * used.iter().product::<usize>());
+    for f in 0..filters {
+        for a in first[0]..first[0] + used[0] {
+            for b in first[1]..first[1] + used[1] {
+                let row = ((f * kd + a) * kh + b) * kw + first[2];
+                trimmed.extend_from_slice(&w[row..row + used[2]]);
+            }
+        }
+    }
+    let pad = std::array::from_fn(|a| g.pad[a] - (first[a] * g.dil[a]) as isize);
+    Some((
+        trimmed,
+        Win3 {
+            kernel: used,
+            pad,
+            ..*g
+        },
+    ))
 }
 
 /// The inputs a 1x1 unpadded conv with strides reads: `planes` planes of `g.out`
