@@ -734,15 +734,7 @@ fn dw_plane<T: Scalar>(
     let [od_n, oh_n, ow_n] = g.out;
     let fma = multiversion::target::target_cfg_f!(target_feature = "fma");
     if od_n == 1 && g.kernel[0] == 1 && g.stride[1] == 1 && g.stride[2] == 1 {
-        let flat = &mut scratch_flat(flat, (oh_n - 1) * ew + ow_n);
-        if fma {
-            dw_row::<T, 1, true>(flat, start, buf, taps, 1);
-        } else {
-            dw_row::<T, 1, false>(flat, start, buf, taps, 1);
-        }
-        for (oh, orow) in out.chunks_exact_mut(ow_n).enumerate() {
-            copy_short(orow, &flat[oh * ew..][..ow_n]);
-        }
+        dw_flat(out, ow_n, ew, start, buf, taps, flat, fma);
         return;
     }
     // Whether padded position `p` on axis `a` is inside the data.
@@ -901,6 +893,25 @@ fn dw_plane_stride2<T: Scalar>(
     for (tap, &wv) in taps.iter_mut().zip(wk) {
         tap.0 = wv;
     }
+    dw_flat(out, ow, width, start, buf, taps, flat, fma);
+}
+
+/// The outputs of a plane whose output `(h, w)` reads `buf` at `h·width + w` plus
+/// each tap's offset: all of them as one row over `width` (the positions between
+/// output rows are computed and dropped), copied out row by row.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn dw_flat<T: Scalar>(
+    out: &mut [T],
+    ow: usize,
+    width: usize,
+    start: T,
+    buf: &[T],
+    taps: &[(T, usize)],
+    flat: &mut Vec<T>,
+    fma: bool,
+) {
+    let oh = out.len() / ow;
     let flat = &mut scratch_flat(flat, (oh - 1) * width + ow);
     if fma {
         dw_row::<T, 1, true>(flat, start, buf, taps, 1);
