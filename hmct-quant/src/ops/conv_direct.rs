@@ -9,10 +9,11 @@
 //! the bias, and stored once.
 //!
 //! Input that needs padding or has a stride is copied, a few rows of one block of
-//! channels at a time right before they are used (so the copy stays in cache), into
-//! rows with the zero padding in place and split into `stride` phases (columns
-//! `p, p + s, p + 2s, ...`): every tap of every output tile then reads a tile's width
-//! of consecutive values. Unpadded stride-1 convs on narrow rows, whose last tile per
+//! channels at a time right before they are used (so the copy stays in cache), with
+//! the zero padding in place and split into `stride × stride` phase planes (rows and
+//! columns `p, p + s, p + 2s, ...`): every tap of every output tile then reads a
+//! tile's width of consecutive values, and with AVX-512 a task's output rows are
+//! summed as one line over the planes' width (see `Layout::plan_copy`). Unpadded stride-1 convs on narrow rows, whose last tile per
 //! row would be mostly empty, are summed as one line at the input's row width instead
 //! (the few positions between rows are computed and dropped: by AVX-512 as it stores,
 //! by AVX2 in a copy from a buffer), so nearly every tile is full.
@@ -214,9 +215,10 @@ impl Layout {
             let (pr, slot) = (i % sh, i / sh);
             // Phase `pc` of this row: plane `pr · sw + pc`, row `slot`.
             let at = |pc: usize| ((pr * sw + pc) * slots + slot) * phase;
+            // No columns: the pad covers every column a tap reads.
             let row = (r0 + i)
                 .checked_sub(ph)
-                .filter(|&h| h < ih)
+                .filter(|&h| h < ih && cols > 0)
                 .map(|h| &src[h * iw..][..cols]);
             match (row, sw) {
                 (None, _) => (0..sw).for_each(|pc| dst[at(pc)..][..phase].fill(0.0)),
