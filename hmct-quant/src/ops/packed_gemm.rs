@@ -9,7 +9,7 @@
 //! [`NR`] read in order: by a caller-given packer, so a conv packs its input's
 //! windows (implicit im2col) and a matrix is packed as is. Each register tile of
 //! `MR` rows × `NR` columns (24 zmm accumulators, two vectors of `B` and one broadcast
-//! per `k`) then runs at the FMA units' rate; its `A` tile (12 KiB) stays in L1
+//! per `k`) then runs at the FMA units' rate; its `A` tile (6 KiB) stays in L1
 //! while it sweeps the block's panels. Blocks of `k` after the first add to the sums
 //! the previous one stored (exact: f32 values round-trip through memory).
 //!
@@ -25,8 +25,12 @@ use super::window::Win3;
 /// Rows and columns of a register tile.
 pub(crate) const MR: usize = 12;
 pub(crate) const NR: usize = 32;
-/// Depth and width of a packed block of `B`: 384 KiB, in L2 beside its `A` tiles.
-const KC: usize = 256;
+/// Depth and width of a packed block of `B`: 192 KiB, in L2 beside its `A` tiles.
+/// A panel (`KC` × `NR`) is 16 KiB, half of L1, beside the `A` tile it meets; at a
+/// depth of 256 it filled L1 alone (`kernel_table`: ResNet-50's 256->64 at 56x56
+/// went from 73% to 84% of the FMA peak, 64->256 from 83% to 89%; blocks of `k`
+/// after the first add to stored sums, so the bits are the same).
+const KC: usize = 128;
 pub(crate) const NC: usize = 12 * NR;
 
 /// Whether the packed GEMM runs here: the CPU has AVX-512 and `HMCT_CONV_ISA` does not
