@@ -17,7 +17,7 @@ use rayon::prelude::*;
 
 use super::arrays::{array, contiguous};
 use super::gemm_util::{self as gu, MatRef, Scalar, SendPtr};
-use super::window::{AutoPad, Win3, Window, WindowAttrs};
+use super::window::{AutoPad, Win3, Window, WindowAttrs, split_row_stride2};
 use super::{Kernel, NodeSpec, OpError, input, opt_input};
 
 pub(crate) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>> {
@@ -855,30 +855,8 @@ fn dw_plane_stride2<T: Scalar>(
     for h in 0..ih.min(eh.saturating_sub(ph)) {
         let r = h + ph;
         let at = |pc: usize| ((r % 2 * 2 + pc) * rows + r / 2) * width;
-        // Input column `i` is padded column `pw + i`: the even ones go to phase
-        // `pw % 2` from slot `pw / 2`, the odd ones to the other phase from slot
-        // `(pw + 1) / 2`.
-        let src = &xc[h * iw..][..cols];
-        let (e0, o0) = (at(pw % 2) + pw / 2, at((pw + 1) % 2) + pw.div_ceil(2));
-        let (even, odd) = if e0 < o0 {
-            let (a, b) = buf.split_at_mut(o0);
-            (&mut a[e0..], b)
-        } else {
-            let (a, b) = buf.split_at_mut(e0);
-            (b, &mut a[o0..])
-        };
-        let pairs = src.chunks_exact(2);
-        if let [last] = pairs.remainder() {
-            even[cols / 2] = *last;
-        }
-        for ((e, o), pair) in even[..cols / 2]
-            .iter_mut()
-            .zip(&mut odd[..cols / 2])
-            .zip(pairs)
-        {
-            *e = pair[0];
-            *o = pair[1];
-        }
+        let (head, tail) = buf.split_at_mut(at(1));
+        split_row_stride2(&xc[h * iw..][..cols], pw, &mut head[at(0)..], tail);
     }
     if taps.len() != wk.len() {
         taps.clear();

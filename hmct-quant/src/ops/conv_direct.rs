@@ -26,7 +26,7 @@ use rayon::prelude::*;
 use super::gemm_util::{Scalar, SendPtr};
 pub(crate) use crate::cpu::Isa;
 
-use super::window::Win3;
+use super::window::{Win3, split_row_stride2};
 
 /// Output channels and positions of one register tile, per instruction set.
 const MR_AVX2: usize = 6;
@@ -229,15 +229,11 @@ impl Layout {
                     out[pw + cols..].fill(0.0);
                 }
                 (Some(row), 2) => {
-                    // Row element `i` is padded column `pw + i`: the even elements go
-                    // to phase `pw % 2` from slot `pw / 2`, the odd ones to the other
-                    // phase from slot `(pw + 1) / 2`.
                     let (head, tail) = dst.split_at_mut(at(1));
                     let (p0, p1) = (&mut head[at(0)..][..phase], &mut tail[..phase]);
                     p0.fill(0.0);
                     p1.fill(0.0);
-                    let (even, odd) = if pw % 2 == 0 { (p0, p1) } else { (p1, p0) };
-                    split_pairs(row, &mut even[pw / 2..], &mut odd[pw.div_ceil(2)..]);
+                    split_row_stride2(row, pw, p0, p1);
                 }
                 (Some(row), _) => {
                     for col in 0..self.row_len {
@@ -247,21 +243,6 @@ impl Layout {
                 }
             }
         }
-    }
-}
-
-/// `even[k] = row[2k]` and `odd[k] = row[2k + 1]` for every element of `row`. A loop of
-/// its own so that it vectorizes (as `step_by` loops over the row did not: they were
-/// 40% of a stride-2 conv's time).
-#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2"))]
-fn split_pairs(row: &[f32], even: &mut [f32], odd: &mut [f32]) {
-    let pairs = row.chunks_exact(2);
-    if let [last] = pairs.remainder() {
-        even[row.len() / 2] = *last;
-    }
-    for ((e, o), pair) in even.iter_mut().zip(odd.iter_mut()).zip(pairs) {
-        *e = pair[0];
-        *o = pair[1];
     }
 }
 
@@ -311,11 +292,9 @@ pub(crate) fn conv(
     };
     // AVX-512 stores wide lines through a `Trim`; AVX2 sums them in a buffer.
     let trim = match lay.wide {
-        Some(iw) if isa == Isa::Avx512 => Some(Trim::new(
-            lay.task_line_len(line_group).max(lay.line_len),
-            iw,
-            g.out[2],
-        )),
+        Some(iw) if isa == Isa::Avx512 => {
+            Some(Trim::new(lay.task_line_len(line_group), iw, g.out[2]))
+        }
         _ => None,
     };
     let trim = trim.as_ref();
@@ -339,7 +318,7 @@ pub(crate) fn conv(
         let (b, gi) = (bg / group, bg % group);
         let (l0, j0) = (lt / col_tasks * line_group, lt % col_tasks * col_chunk);
         let l1 = (l0 + line_group).min(lay.lines);
-        let j1 = (j0 + col_chunk).min(lay.task_line_len(l1 - l0).max(lay.line_len));
+        let j1 = (j0 + col_chunk).min(lay.task_line_len(l1 - l0));
         let m0 = mt * m_chunk;
         let m1 = (m0 + m_chunk).min(mg);
         let xg = &x[(b * c + gi * cg) * in_vol..][..cg * in_vol];

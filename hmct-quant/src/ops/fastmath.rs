@@ -1,6 +1,6 @@
 //! A branch-free f32 `exp` that loops vectorize, and the Exp/Sigmoid slice kernels
-//! built on it (compiled for AVX-512 or AVX2 when the CPU has them; AVX-512's 16 lanes
-//! took Sigmoid from 0.56 to 0.33 ns per value in L1, same bits).
+//! built on it (compiled for AVX-512 or AVX2 when the CPU has them; the same
+//! operations on 16 or 8 lanes, so the same bits).
 //!
 //! libm's `expf` is a call per element and dominates Sigmoid (SiLU) and Softmax.
 //! This one is Cody-Waite range reduction plus the Cephes `expf` polynomial: within
