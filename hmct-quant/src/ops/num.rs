@@ -191,7 +191,7 @@ pub(crate) trait Real: Num + num_traits::Float {
 impl Real for f32 {
     #[inline(always)]
     fn erf(self) -> Self {
-        libm::erff(self)
+        super::fastmath::erf_f32(self)
     }
     #[inline(always)]
     fn exp_fast(self) -> Self {

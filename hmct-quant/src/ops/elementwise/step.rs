@@ -9,7 +9,7 @@ use hmct_tensor::ndarray::ArrayD;
 
 use crate::ops::OpError;
 use crate::ops::broadcast::{unary, unary_in_place};
-use crate::ops::fastmath::{exp_slice, sigmoid_slice};
+use crate::ops::fastmath::{erf_slice, exp_slice, gelu_slice, sigmoid_slice};
 use crate::ops::num::{Num, Real, scalar_of, typed};
 
 /// What an element-wise kernel does to f32 values, as far as fusing is concerned.
@@ -96,12 +96,14 @@ pub(crate) fn relu_block(src: &[f32], out: &mut [f32]) {
 }
 
 /// A float activation, through the function its kernel applies: the f32 slice
-/// functions of `fastmath` for Exp and Sigmoid, else the one it applies in place.
+/// functions of `fastmath` for Exp, Sigmoid, Erf and Gelu, else the one it applies in place.
 #[inline(always)]
 pub(crate) fn act_block(act: Act, src: &[f32], out: &mut [f32]) {
     match act {
         Act::Exp => exp_slice(src, out),
         Act::Sigmoid => sigmoid_slice(src, out),
+        Act::Erf => erf_slice(src, out),
+        Act::Gelu => gelu_slice(src, out),
         _ => {
             out.copy_from_slice(src);
             map_in_place(act, out);
@@ -317,7 +319,8 @@ pub(super) fn map_real<T: Real, D: Dest<T>>(act: Act, x: D) -> D::Out {
 }
 
 /// `act` over f32 values in place: the function the activation kernel applies
-/// (except Exp and Sigmoid, whose f32 kernels are the slice kernels of `fastmath`).
+/// (except Exp, Sigmoid, Erf and Gelu, whose f32 kernels are the slice kernels of
+/// `fastmath`).
 pub(super) fn map_in_place(act: Act, d: &mut [f32]) {
     map_real(act, InPlace(d))
 }

@@ -11,7 +11,7 @@ use super::step::{
 };
 use crate::ops::arrays::contiguous;
 use crate::ops::broadcast::{CHUNK, PAR_MIN, for_chunks, unary, unary_in_place};
-use crate::ops::fastmath::{exp_slice, sigmoid_slice};
+use crate::ops::fastmath::{erf_slice, exp_slice, gelu_slice, sigmoid_slice};
 use crate::ops::num::{Half, Num, with_num};
 use crate::ops::{Kernel, NodeSpec, OpError, input, run_not_reusing};
 
@@ -113,6 +113,8 @@ fn run_act(act: Act, t: &Tensor) -> Result<Tensor, OpError> {
         Tensor::F32(a) => Tensor::F32(match act {
             Act::Exp => slice_kernel(a, exp_slice),
             Act::Sigmoid => slice_kernel(a, sigmoid_slice),
+            Act::Erf => slice_kernel(a, erf_slice),
+            Act::Gelu => slice_kernel(a, gelu_slice),
             _ => map_real(act, Fresh(a)),
         }),
         Tensor::F64(a) => Tensor::F64(map_real(act, Fresh(a))),
@@ -142,7 +144,7 @@ impl Kernel for ActKernel {
     fn reusable_inputs(&self) -> &[usize] {
         match self.0 {
             // Their f32 slice kernels read and write separate buffers.
-            Act::Exp | Act::Sigmoid => &[],
+            Act::Exp | Act::Sigmoid | Act::Erf | Act::Gelu => &[],
             _ => &[0],
         }
     }
@@ -157,7 +159,7 @@ impl Kernel for ActKernel {
             return run_not_reusing(self, inputs, i, owned);
         }
         let done = match (&mut owned, self.0) {
-            (Tensor::F32(_), Act::Exp | Act::Sigmoid) => false,
+            (Tensor::F32(_), Act::Exp | Act::Sigmoid | Act::Erf | Act::Gelu) => false,
             (Tensor::F32(a), act) => a
                 .as_slice_mut()
                 .map(|d| map_real(act, InPlace(d)))
