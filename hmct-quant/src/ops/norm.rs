@@ -395,6 +395,39 @@ impl Kernel for LayerNorm {
         let mut stat_shape = xs[..axis].to_vec();
         stat_shape.extend(std::iter::repeat_n(1, xs.len() - axis));
         let eps = self.epsilon as f64;
+        // Transformers' LayerNorms are f32: one vectorized pass per statistic
+        // and one that writes the output, with no widened copy of the input.
+        if let (Tensor::F32(a), true) = (x, len > 0) {
+            let src = contiguous(a);
+            let rows = src.len() / len;
+            let mut out = vec![0.0f32; src.len()];
+            let mut stats = vec![(0.0f64, 0.0f64); rows];
+            let f = |((x, y), st): ((&[f32], &mut [f32]), &mut (f64, f64))| {
+                *st = layer_norm_row(x, &scale, &bias, eps, y);
+            };
+            if src.len() < (1 << 16) || !crate::par::enabled() {
+                src.chunks(len)
+                    .zip(out.chunks_mut(len))
+                    .zip(&mut stats)
+                    .for_each(f);
+            } else {
+                src.par_chunks(len)
+                    .zip(out.par_chunks_mut(len))
+                    .zip(stats.par_iter_mut())
+                    .with_min_len((1 << 14) / len + 1)
+                    .for_each(f);
+            }
+            let f32s = |d: Vec<f32>| -> Result<Tensor, OpError> {
+                Ok(Tensor::F32(array(&stat_shape, d)?))
+            };
+            let mut outs = vec![
+                Tensor::F32(array(&xs, out)?),
+                f32s(stats.iter().map(|s| s.0 as f32).collect())?,
+                f32s(stats.iter().map(|s| s.1 as f32).collect())?,
+            ];
+            outs.truncate(self.num_outputs.max(1));
+            return Ok(outs);
+        }
         with_floats!(x, "LayerNormalization input", v => {
             let st = moments(&v, len);
             let inv: Vec<f64> = st.iter().map(|s| 1.0 / (s.1 + eps).sqrt()).collect();
@@ -422,6 +455,42 @@ impl Kernel for LayerNorm {
             Ok(outs)
         })
     }
+}
+
+/// The sum of `f` over `x` in eight lanes, added up in a fixed order.
+#[inline(always)]
+fn lane_sum(x: &[f32], f: impl Fn(f32) -> f64) -> f64 {
+    const LANES: usize = 8;
+    let mut acc = [0.0f64; LANES];
+    let mut chunks = x.chunks_exact(LANES);
+    for c in &mut chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += f(v);
+        }
+    }
+    for (a, &v) in acc.iter_mut().zip(chunks.remainder()) {
+        *a += f(v);
+    }
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
+}
+
+/// One f32 row of LayerNormalization: mean and variance summed in f64 over eight
+/// fixed lanes (the same order on every instruction set, so the same bits), then
+/// `((x - mean) * inv) * scale + bias` in f64 as the generic path computes it.
+/// Returns `(mean, 1 / sqrt(var + eps))`.
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+fma", "x86_64+avx2+fma"))]
+fn layer_norm_row(x: &[f32], scale: &[f64], bias: &[f64], eps: f64, y: &mut [f32]) -> (f64, f64) {
+    let n = x.len() as f64;
+    let mean = lane_sum(x, |v| v as f64) / n;
+    let var = lane_sum(x, |v| {
+        let d = v as f64 - mean;
+        d * d
+    }) / n;
+    let inv = 1.0 / (var + eps).sqrt();
+    for (((y, &v), &s), &b) in y.iter_mut().zip(x).zip(scale).zip(bias) {
+        *y = (((v as f64 - mean) * inv) * s + b) as f32;
+    }
+    (mean, inv)
 }
 
 struct GroupNorm {
