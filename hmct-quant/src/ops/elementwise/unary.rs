@@ -101,21 +101,42 @@ fn map_half<H: Half>(act: Act, x: &ArrayD<H>) -> ArrayD<H> {
 /// An f32 slice kernel over a whole array, in fixed chunks.
 fn slice_kernel(a: &ArrayD<f32>, k: fn(&[f32], &mut [f32])) -> ArrayD<f32> {
     let src = contiguous(a);
-    let mut out = vec![0.0f32; src.len()];
+    let mut out = crate::buffers::take::<f32>(src.len());
     for_chunks(&mut out, CHUNK, src.len() >= PAR_MIN, &|off, piece| {
         k(&src[off..off + piece.len()], piece)
     });
     ArrayD::from_shape_vec(IxDyn(a.shape()), out).expect("same element count as the input")
 }
 
+/// An f32 slice kernel over values it overwrites: each piece is copied to a stack
+/// buffer first (in L1, cheaper than a fresh output array's page faults).
+fn slice_kernel_in_place(d: &mut [f32], k: fn(&[f32], &mut [f32])) {
+    for_chunks(d, CHUNK, d.len() >= PAR_MIN, &|_, piece| {
+        let mut tmp = [0.0f32; 512];
+        for p in piece.chunks_mut(tmp.len()) {
+            let t = &mut tmp[..p.len()];
+            t.copy_from_slice(p);
+            k(t, p);
+        }
+    });
+}
+
+/// The f32 slice kernel of `act`, where `fastmath` has one.
+fn f32_slice_kernel(act: Act) -> Option<fn(&[f32], &mut [f32])> {
+    match act {
+        Act::Exp => Some(exp_slice),
+        Act::Sigmoid => Some(sigmoid_slice),
+        Act::Erf => Some(erf_slice),
+        Act::Gelu => Some(gelu_slice),
+        _ => None,
+    }
+}
+
 fn run_act(act: Act, t: &Tensor) -> Result<Tensor, OpError> {
     Ok(match t {
-        Tensor::F32(a) => Tensor::F32(match act {
-            Act::Exp => slice_kernel(a, exp_slice),
-            Act::Sigmoid => slice_kernel(a, sigmoid_slice),
-            Act::Erf => slice_kernel(a, erf_slice),
-            Act::Gelu => slice_kernel(a, gelu_slice),
-            _ => map_real(act, Fresh(a)),
+        Tensor::F32(a) => Tensor::F32(match f32_slice_kernel(act) {
+            Some(k) => slice_kernel(a, k),
+            None => map_real(act, Fresh(a)),
         }),
         Tensor::F64(a) => Tensor::F64(map_real(act, Fresh(a))),
         Tensor::F16(a) => Tensor::F16(map_half(act, a)),
@@ -142,11 +163,7 @@ impl Kernel for ActKernel {
     }
 
     fn reusable_inputs(&self) -> &[usize] {
-        match self.0 {
-            // Their f32 slice kernels read and write separate buffers.
-            Act::Exp | Act::Sigmoid | Act::Erf | Act::Gelu => &[],
-            _ => &[0],
-        }
+        &[0]
     }
 
     fn run_reusing(
@@ -159,10 +176,12 @@ impl Kernel for ActKernel {
             return run_not_reusing(self, inputs, i, owned);
         }
         let done = match (&mut owned, self.0) {
-            (Tensor::F32(_), Act::Exp | Act::Sigmoid | Act::Erf | Act::Gelu) => false,
             (Tensor::F32(a), act) => a
                 .as_slice_mut()
-                .map(|d| map_real(act, InPlace(d)))
+                .map(|d| match f32_slice_kernel(act) {
+                    Some(k) => slice_kernel_in_place(d, k),
+                    None => map_real(act, InPlace(d)),
+                })
                 .is_some(),
             (Tensor::F64(a), act) => a
                 .as_slice_mut()
