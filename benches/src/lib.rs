@@ -84,6 +84,11 @@ pub const CONV_SHAPES: &[ConvShape] = &[
     conv("mbv2_dw3x3_960_7", 960, 960, 960, 3, 1, 1, 7),
     conv("mbv2_dw3x3s2_144_56", 144, 144, 144, 3, 2, 1, 56),
     conv("effnet_dw5x5_240_28", 240, 240, 240, 5, 1, 2, 28),
+    // Kernels as large as their stride (patch embeddings, ConvNeXt's downsampling).
+    conv("vit_16x16s16_3to384_224", 3, 384, 1, 16, 16, 0, 224),
+    conv("convnext_4x4s4_3to96_224", 3, 96, 1, 4, 4, 0, 224),
+    conv("convnext_2x2s2_384to768_14", 384, 768, 1, 2, 2, 0, 14),
+    conv("convnext_2x2s2_96to192_56", 96, 192, 1, 2, 2, 0, 56),
     conv("effnet_dw5x5_672_14", 672, 672, 672, 5, 1, 2, 14),
     conv("convnext_dw7x7_96_56", 96, 96, 96, 7, 1, 3, 56),
     conv("regnet_g8_3x3_64_56", 64, 64, 8, 3, 1, 1, 56),

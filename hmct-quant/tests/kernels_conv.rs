@@ -562,3 +562,70 @@ fn taps_in_padding_only() {
         }
     }
 }
+
+/// Convs whose windows do not overlap (kernel no larger than the stride: patch
+/// embeddings, ConvNeXt's 2x2 stride-2 downsampling, 1x1 with strides) run on a
+/// gathered dense input: 2x2 stride 2 (the vectorized phase split) on odd and even
+/// maps, 4x4 stride 4, a kernel smaller than its stride, unequal axes, a dilation,
+/// groups, and a batch of two.
+#[test]
+fn non_overlapping_windows() {
+    let base = Case {
+        n: 1,
+        cg: 12,
+        group: 1,
+        mg: 40,
+        h: 14,
+        w: 14,
+        k: [2, 2],
+        s: [2, 2],
+        d: [1, 1],
+        p: [0; 4],
+    };
+    let cases = [
+        base.clone(),
+        Case {
+            h: 15,
+            w: 17,
+            ..base.clone()
+        },
+        Case {
+            cg: 3,
+            h: 32,
+            w: 36,
+            k: [4, 4],
+            s: [4, 4],
+            ..base.clone()
+        },
+        Case {
+            k: [2, 3],
+            s: [3, 3],
+            ..base.clone()
+        },
+        Case {
+            k: [1, 2],
+            s: [2, 4],
+            d: [1, 2],
+            ..base.clone()
+        },
+        Case {
+            group: 4,
+            cg: 4,
+            mg: 8,
+            ..base.clone()
+        },
+        Case {
+            n: 2,
+            cg: 5,
+            h: 9,
+            w: 20,
+            ..base.clone()
+        },
+    ];
+    for (i, c) in cases.iter().enumerate() {
+        assert!(window_fits(c), "case {i}");
+        if let Err(e) = matches_reference(c, 60 + i as u64) {
+            panic!("case {i}: {e}");
+        }
+    }
+}

@@ -276,36 +276,41 @@ pub(crate) fn conv_nd<T: Scalar>(
         return Ok((y, shape));
     }
     let kdim = cg * k_vol;
-    // A 1x1 conv with a stride reads every `stride`-th input: gathered into a dense
-    // input of the output's shape it is a pointwise conv, whose kernels run at their
-    // full rate: ResNet-50's 256->512 stride-2 projection went from 48% to 77% of the
-    // FMA peak, and its 1024->2048 one on 7x7 outputs (where the direct kernel read
-    // every weight once per output row) from 14 to 65 GFLOP/s. Same sums in the same
-    // order either way.
-    let mut strided = None;
+    // A conv whose windows do not overlap (a 1x1 conv with a stride, a patch
+    // embedding, ConvNeXt's 2x2 stride-2 downsampling) reads each input at most once:
+    // its windows gathered into channels of a dense input of the output's shape
+    // (`[c, taps, out]`, the weights' order) make it a pointwise conv, whose kernels
+    // run at their full rate. ResNet-50's 256->512 stride-2 projection went from 48%
+    // to 77% of the FMA peak, and its 1024->2048 one on 7x7 outputs (where the direct
+    // kernel read every weight once per output row) from 14 to 65 GFLOP/s. Same sums
+    // in the same order either way.
+    let mut gathered = None;
     if let Some(xf) = f32_slice(x)
-        && k_vol == 1
         && g3.pad == [0; 3]
         && g3.stride != [1; 3]
-        // No end padding either: every output reads an input.
-        && (0..3).all(|a| (g3.out[a] - 1) * g3.stride[a] < g3.input[a])
+        && k_vol * out_vol <= in_vol
+        // No end padding either: every tap reads an input.
+        && (0..3).all(|a| (g3.out[a] - 1) * g3.stride[a] + (g3.kernel[a] - 1) * g3.dil[a] < g3.input[a])
         && crate::cpu::conv_isa().is_some()
     {
         let dense = Win3 {
             input: g3.out,
+            kernel: [1; 3],
             stride: [1; 3],
+            dil: [1; 3],
             ..g3
         };
-        if super::conv_direct::fits(&dense, cg) {
-            strided = Some((subsample(xf, n * c, &g3), dense));
+        if super::conv_direct::fits(&dense, kdim) {
+            gathered = Some((gather_windows(xf, n * c, &g3), dense));
         }
     }
-    let (xf, g_f32) = match &strided {
-        Some((xd, dense)) => (Some(&xd[..]), *dense),
-        None => (f32_slice(x), g3),
+    // Channels of the input the kernels read: `c · taps` when gathered.
+    let (xf, g_f32, c_f32) = match &gathered {
+        Some((xd, dense)) => (Some(&xd[..]), *dense, c * k_vol),
+        None => (f32_slice(x), g3, c),
     };
     if let (Some(xf), Some(wf)) = (xf, f32_slice(w))
-        && super::conv_direct::fits(&g_f32, cg)
+        && super::conv_direct::fits(&g_f32, c_f32 / group)
         && let Some(isa) = crate::cpu::conv_isa()
     {
         let mut y = crate::buffers::take::<T>(n * m * out_vol);
@@ -323,11 +328,11 @@ pub(crate) fn conv_nd<T: Scalar>(
                         &fresh
                     }
                 };
-                super::packed_gemm::conv(packed, xf, bf, yf, n, c, m, group, &g_f32);
+                super::packed_gemm::conv(packed, xf, bf, yf, n, c_f32, m, group, &g_f32);
             } else {
-                super::conv_direct::conv(isa, xf, wf, bf, yf, n, c, m, group, &g_f32);
+                super::conv_direct::conv(isa, xf, wf, bf, yf, n, c_f32, m, group, &g_f32);
             }
-            if let Some((xd, _)) = strided {
+            if let Some((xd, _)) = gathered {
                 crate::buffers::give_vec(xd);
             }
             return Ok((y, shape));
@@ -511,21 +516,40 @@ fn trim_padding_taps<T: Scalar>(w: &[T], filters: usize, g: &Win3) -> Option<(Ve
     ))
 }
 
-/// The inputs a 1x1 unpadded conv with strides reads: `planes` planes of `g.out`
-/// values, output `(d, h, w)` of each from input `(d·sd, h·sh, w·sw)`.
-fn subsample(x: &[f32], planes: usize, g: &Win3) -> Vec<f32> {
+/// The windows of an unpadded conv as channels of a dense input of the output's
+/// shape: for each of `planes` planes, one channel per tap `(kd, kh, kw)`, whose
+/// output `(d, h, w)` is input `(d·sd + kd·dd, h·sh + kh·dh, w·sw + kw·dw)`.
+fn gather_windows(x: &[f32], planes: usize, g: &Win3) -> Vec<f32> {
     let [od, oh, ow] = g.out;
     let [_, ih, iw] = g.input;
     let [sd, sh, sw] = g.stride;
-    let mut dense = crate::buffers::take::<f32>(planes * g.out_vol());
-    let rows = dense.chunks_exact_mut(ow.max(1));
-    let sources = (0..planes).flat_map(|p| {
-        (0..od)
-            .flat_map(move |d| (0..oh).map(move |h| (p * g.in_vol()) + (d * sd * ih + h * sh) * iw))
-    });
-    for (row, first) in rows.zip(sources) {
-        for (v, &s) in row.iter_mut().zip(x[first..].iter().step_by(sw)) {
-            *v = s;
+    let [kd, kh, kw] = g.kernel;
+    let [dd, dh, dw] = g.dil;
+    let out_vol = g.out_vol();
+    let mut dense = crate::buffers::take::<f32>(planes * g.k_vol() * out_vol);
+    // A kernel row of two taps at stride 2 is one input row split into its two
+    // column phases (a loop that vectorizes; `step_by` does not).
+    let pairs = kw == 2 && sw == 2 && dw == 1;
+    for p in 0..planes {
+        let plane = &x[p * g.in_vol()..][..g.in_vol()];
+        for (a, b) in (0..kd).flat_map(|a| (0..kh).map(move |b| (a, b))) {
+            let tap_row = (p * kd + a) * kh + b;
+            let taps = &mut dense[tap_row * kw * out_vol..][..kw * out_vol];
+            for (d, h) in (0..od).flat_map(|d| (0..oh).map(move |h| (d, h))) {
+                let src = &plane[((d * sd + a * dd) * ih + h * sh + b * dh) * iw..][..iw];
+                let at = (d * oh + h) * ow;
+                if pairs {
+                    let (t0, t1) = taps.split_at_mut(out_vol);
+                    split_row_stride2(&src[..2 * ow], 0, &mut t0[at..][..ow], &mut t1[at..][..ow]);
+                    continue;
+                }
+                for c in 0..kw {
+                    let dst = &mut taps[c * out_vol + at..][..ow];
+                    for (v, &s) in dst.iter_mut().zip(src[c * dw..].iter().step_by(sw)) {
+                        *v = s;
+                    }
+                }
+            }
         }
     }
     dense
