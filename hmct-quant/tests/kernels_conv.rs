@@ -629,3 +629,65 @@ fn non_overlapping_windows() {
         }
     }
 }
+
+/// Convs whose taps mostly read padding run as one unpadded conv per band of
+/// outputs that read data with the same taps: DeepLab-like dilations on a small map
+/// (the middle band reads with the centre tap only), unequal dilations and pads,
+/// strides, groups, a batch of two, and pads so wide that some outputs read only
+/// padding (their bias).
+#[test]
+fn mostly_padding_taps() {
+    let base = Case {
+        n: 1,
+        cg: 16,
+        group: 1,
+        mg: 24,
+        h: 11,
+        w: 11,
+        k: [3, 3],
+        s: [1, 1],
+        d: [8, 8],
+        p: [8; 4],
+    };
+    let cases = [
+        base.clone(),
+        Case {
+            d: [4, 8],
+            p: [4, 8, 4, 8],
+            ..base.clone()
+        },
+        Case {
+            h: 13,
+            w: 9,
+            s: [2, 1],
+            d: [6, 5],
+            p: [6, 5, 6, 5],
+            ..base.clone()
+        },
+        Case {
+            group: 2,
+            cg: 8,
+            mg: 12,
+            k: [3, 2],
+            d: [7, 9],
+            p: [7, 9, 3, 0],
+            ..base.clone()
+        },
+        Case {
+            n: 2,
+            cg: 3,
+            h: 5,
+            w: 4,
+            k: [1, 3],
+            d: [1, 2],
+            p: [6, 3, 2, 9],
+            ..base.clone()
+        },
+    ];
+    for (i, c) in cases.iter().enumerate() {
+        assert!(window_fits(c), "case {i}");
+        if let Err(e) = matches_reference(c, 80 + i as u64) {
+            panic!("case {i}: {e}");
+        }
+    }
+}

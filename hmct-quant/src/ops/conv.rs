@@ -45,7 +45,12 @@ pub(crate) struct WeightCache {
     /// time, and keeps alive with the kernel), if the weight is a constant.
     addr: Option<usize>,
     packed: std::sync::OnceLock<Vec<super::packed_gemm::PackedA>>,
+    /// The weights' taps `(rows, columns)` of the bands of a padding-heavy conv
+    /// ([`padding_bands`]), copied out once.
+    band_taps: BandTaps,
 }
+
+type BandTaps = std::sync::Mutex<Vec<([usize; 4], std::sync::Arc<Vec<f32>>)>>;
 
 impl WeightCache {
     fn new(spec: &NodeSpec) -> WeightCache {
@@ -55,7 +60,7 @@ impl WeightCache {
         };
         WeightCache {
             addr,
-            packed: std::sync::OnceLock::new(),
+            ..WeightCache::default()
         }
     }
 }
@@ -267,6 +272,18 @@ pub(crate) fn conv_nd<T: Scalar>(
     let (in_vol, out_vol, k_vol) = (g3.in_vol(), g3.out_vol(), g3.k_vol());
     if n * m * out_vol == 0 {
         return Ok((Vec::new(), shape));
+    }
+    if let (Some(xf), Some(wf)) = (f32_slice(x), f32_slice(w))
+        && cg > 1
+        && let Some(isa) = crate::cpu::conv_isa()
+        && let Some(rects) = padding_bands(&g3)
+    {
+        let mut y = crate::buffers::take::<T>(n * m * out_vol);
+        let yf = f32_slice_mut(&mut y).expect("T is f32, as x is");
+        let cache = cache.filter(|c| c.addr == Some(wf.as_ptr() as usize));
+        let bf = bias.and_then(f32_slice);
+        conv_bands(isa, xf, wf, bf, yf, [n, c, m, group], &g3, &rects, cache);
+        return Ok((y, shape));
     }
     if in_vol == 1 && out_vol == 1 && k_vol == 1 && g3.pad == [0; 3] {
         // A 1x1 kernel on one position (the convs of squeeze-excitation blocks): a
@@ -514,6 +531,166 @@ fn trim_padding_taps<T: Scalar>(w: &[T], filters: usize, g: &Win3) -> Option<(Ve
             ..*g
         },
     ))
+}
+
+/// A rectangle of a 2-D conv's outputs (rows, columns) and the kernel rows and
+/// columns that read data (not padding) for every output in it.
+#[derive(Clone, Debug, PartialEq)]
+struct Band {
+    rows: std::ops::Range<usize>,
+    cols: std::ops::Range<usize>,
+    tap_rows: std::ops::Range<usize>,
+    tap_cols: std::ops::Range<usize>,
+}
+
+/// Runs of outputs along one axis that read data with the same taps: `(outputs,
+/// taps)`. Tap `t` of output `o` reads padded position `o·s + t·d`; data lies in
+/// `[pad, pad + input)`, so the taps that read data form one range.
+fn axis_bands(g: &Win3, a: usize) -> Vec<(std::ops::Range<usize>, std::ops::Range<usize>)> {
+    let (d, s, pad, len) = (g.dil[a], g.stride[a], g.pad[a], g.input[a] as isize);
+    let reads = |o: usize, t: usize| {
+        let p = (o * s + t * d) as isize - pad;
+        (0..len).contains(&p)
+    };
+    let mut bands: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)> = Vec::new();
+    for o in 0..g.out[a] {
+        let t0 = (0..g.kernel[a]).find(|&t| reads(o, t)).unwrap_or(0);
+        let t1 = (t0..g.kernel[a]).take_while(|&t| reads(o, t)).count() + t0;
+        match bands.last_mut() {
+            Some((outs, taps)) if *taps == (t0..t1) => outs.end = o + 1,
+            _ => bands.push((o..o + 1, t0..t1)),
+        }
+    }
+    bands
+}
+
+/// The bands of a 2-D conv whose taps mostly read padding, as DeepLab's ASPP convs
+/// (dilations 12 and 24 on a 33x33 map: 57% and 26% of their multiply-adds read
+/// data), or `None` when the conv reads data with most of its taps: there the full
+/// kernel over whole rows runs faster than rectangles of a few outputs would.
+fn padding_bands(g: &Win3) -> Option<Vec<Band>> {
+    if g.input[0] != 1 || g.out[0] != 1 || g.kernel[0] != 1 || g.pad.iter().any(|&p| p < 0) {
+        return None;
+    }
+    let (rows, cols) = (axis_bands(g, 1), axis_bands(g, 2));
+    let taps = |b: &[(std::ops::Range<usize>, std::ops::Range<usize>)]| -> usize {
+        b.iter().map(|(o, t)| o.len() * t.len()).sum()
+    };
+    let reading = taps(&rows) * taps(&cols);
+    if reading * 5 > g.out_vol() * g.k_vol() * 3 {
+        return None;
+    }
+    let bands = rows
+        .iter()
+        .flat_map(|(r, tr)| {
+            cols.iter().map(move |(c, tc)| Band {
+                rows: r.clone(),
+                cols: c.clone(),
+                tap_rows: tr.clone(),
+                tap_cols: tc.clone(),
+            })
+        })
+        .collect();
+    Some(bands)
+}
+
+/// A 2-D f32 conv as one unpadded conv per band of [`padding_bands`], each on the
+/// input rectangle its band reads and with the taps that read data there; `y` is
+/// written in full. Every output is the sum of the full kernel's in the same order
+/// less the `w·0` terms of padding (so the same bits but for the sign of a zero
+/// sum); `dims` is `[n, c, m, group]`.
+#[allow(clippy::too_many_arguments)]
+fn conv_bands(
+    isa: crate::cpu::Isa,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    dims: [usize; 4],
+    g: &Win3,
+    bands: &[Band],
+    cache: Option<&WeightCache>,
+) {
+    let [n, c, m, group] = dims;
+    let [_, ih, iw] = g.input;
+    let [_, oh, ow] = g.out;
+    let [_, kh, kw] = g.kernel;
+    let filters = m * (c / group);
+    for band in bands {
+        let (rh, rw) = (band.rows.len(), band.cols.len());
+        let (th, tw) = (band.tap_rows.clone(), band.tap_cols.clone());
+        if th.is_empty() || tw.is_empty() {
+            // Outputs that read only padding: their bias.
+            for (i, plane) in y.chunks_exact_mut(oh * ow).enumerate() {
+                let b = bias.map_or(0.0, |b| b[i % m]);
+                for r in band.rows.clone() {
+                    plane[r * ow..][band.cols.clone()].fill(b);
+                }
+            }
+            continue;
+        }
+        let sub = Win3 {
+            input: [
+                1,
+                (rh - 1) * g.stride[1] + (th.len() - 1) * g.dil[1] + 1,
+                (rw - 1) * g.stride[2] + (tw.len() - 1) * g.dil[2] + 1,
+            ],
+            out: [1, rh, rw],
+            kernel: [1, th.len(), tw.len()],
+            pad: [0; 3],
+            ..*g
+        };
+        // First input row and column the band reads (data, by construction).
+        let r0 = (band.rows.start * g.stride[1] + th.start * g.dil[1]) as isize - g.pad[1];
+        let c0 = (band.cols.start * g.stride[2] + tw.start * g.dil[2]) as isize - g.pad[2];
+        let (r0, c0) = (r0 as usize, c0 as usize);
+        let [_, ch, cw] = sub.input;
+        let mut crop = crate::buffers::take::<f32>(n * c * ch * cw);
+        for (plane, dst) in x.chunks_exact(ih * iw).zip(crop.chunks_exact_mut(ch * cw)) {
+            for (r, dst_row) in dst.chunks_exact_mut(cw).enumerate() {
+                let src = &plane[(r0 + r) * iw + c0..][..cw];
+                if cw <= 64 {
+                    copy_short(dst_row, src);
+                } else {
+                    dst_row.copy_from_slice(src);
+                }
+            }
+        }
+        let key = [th.start, th.end, tw.start, tw.end];
+        let copy_taps = || {
+            let mut t = Vec::with_capacity(filters * th.len() * tw.len());
+            for f in 0..filters {
+                for r in th.clone() {
+                    t.extend_from_slice(&w[(f * kh + r) * kw..][tw.clone()]);
+                }
+            }
+            t
+        };
+        let taps = match cache {
+            Some(cache) => {
+                let mut held = cache.band_taps.lock().unwrap_or_else(|e| e.into_inner());
+                match held.iter().find(|(k, _)| *k == key) {
+                    Some((_, t)) => t.clone(),
+                    None => {
+                        let t = std::sync::Arc::new(copy_taps());
+                        held.push((key, t.clone()));
+                        t
+                    }
+                }
+            }
+            None => std::sync::Arc::new(copy_taps()),
+        };
+        let mut out = crate::buffers::take::<f32>(n * m * rh * rw);
+        super::conv_direct::conv(isa, &crop, &taps, bias, &mut out, n, c, m, group, &sub);
+        for (plane, src) in y.chunks_exact_mut(oh * ow).zip(out.chunks_exact(rh * rw)) {
+            for (r, src_row) in src.chunks_exact(rw).enumerate() {
+                let at = (band.rows.start + r) * ow + band.cols.start;
+                plane[at..at + rw].copy_from_slice(src_row);
+            }
+        }
+        crate::buffers::give_vec(crop);
+        crate::buffers::give_vec(out);
+    }
 }
 
 /// The windows of an unpadded conv as channels of a dense input of the output's
