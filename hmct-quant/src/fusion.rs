@@ -304,8 +304,13 @@ fn compile(
             return None;
         };
         let shape = a.shape().to_vec();
-        // A scalar, or values along one axis (which must turn out to be axis 1).
-        if a.len() != 1 && shape.iter().filter(|&&n| n != 1).count() != 1 {
+        // A scalar, or values along one axis (which must turn out to be axis 1). Values
+        // along the last axis (a transformer's bias) are axis 1 only of `[N, C]`
+        // inputs, whose one-value planes chains do not walk: such a node is left out,
+        // so that the nodes after it (a GELU's five) still form a chain.
+        if a.len() != 1
+            && (shape.iter().filter(|&&n| n != 1).count() != 1 || shape.last() != Some(&1))
+        {
             return None;
         }
         consts.push(Constant {

@@ -17,17 +17,20 @@ fn constant(name: &str, shape: &[usize], values: Vec<f32>) -> hmct_proto::onnx::
     tensor_to_proto(&Tensor::from_f32(shape, values).unwrap(), name)
 }
 
-/// Four chains on one input `x` of `C` channels:
+/// Chains on one input `x` of `C` channels:
 /// - `ya`: BatchNormalization then the Add/Clip/Mul/Div of a hard-swish;
 /// - `yb`: per-channel Mul/Add, constants on the left of Sub/Div, Relu, LeakyRelu,
 ///   HardSigmoid, and a Mul of a value by itself;
-/// - `yc`: a Mul by a constant along the last axis, which the chain cannot take;
+/// - `yc`: a Mul by a constant along the last axis, which chains leave out (as a
+///   transformer's bias), then the Div, Erf, Add, Mul and Mul of a GELU;
 /// - `yd`: Add, a Clip without bounds, Mul; the Clip's output `d2` is a graph output;
 /// - `ye`: a hard-swish with the operands of its Add and Mul the other way round;
-/// - `yf`: a SiLU (Sigmoid, and a Mul by the chain's input), Exp, a per-channel Mul.
+/// - `yf`: a SiLU (Sigmoid, and a Mul by the chain's input), Exp, a per-channel Mul;
+/// - `yg`: a Mul by a constant along axis 2, which the chain cannot take, and an Add.
 fn session(shape: &[usize], threads: usize) -> Session {
     let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
     let w = *shape.last().unwrap();
+    let h = shape[2];
     let per_channel = |seed: f32| (0..C).map(|c| seed + 0.37 * c as f32).collect::<Vec<_>>();
     let inits = vec![
         constant("scale", &[C], per_channel(0.8)),
@@ -42,7 +45,10 @@ fn session(shape: &[usize], threads: usize) -> Session {
         constant("two_and_a_half", &[1], vec![2.5]),
         constant("one_and_a_half", &[], vec![1.5]),
         constant("along_w", &[w], (0..w).map(|i| 0.5 + i as f32).collect()),
+        constant("along_h", &[h, 1], (0..h).map(|i| 1.5 - i as f32).collect()),
         constant("one", &[], vec![1.0]),
+        constant("sqrt2", &[], vec![std::f32::consts::SQRT_2]),
+        constant("half", &[], vec![0.5]),
     ];
     let nodes = vec![
         node(
@@ -65,7 +71,11 @@ fn session(shape: &[usize], threads: usize) -> Session {
         node("hsig", "HardSigmoid", &["b7"], &["b8"]),
         node("square", "Mul", &["b8", "b8"], &["yb"]),
         node("mul_w", "Mul", &["x", "along_w"], &["c1"]),
-        node("add_one", "Add", &["c1", "one"], &["yc"]),
+        node("g_div", "Div", &["c1", "sqrt2"], &["c2"]),
+        node("g_erf", "Erf", &["c2"], &["c3"]),
+        node("g_add", "Add", &["c3", "one"], &["c4"]),
+        node("g_mul", "Mul", &["c1", "c4"], &["c5"]),
+        node("g_half", "Mul", &["c5", "half"], &["yc"]),
         node("d_add", "Add", &["x", "one"], &["d1"]),
         node("d_clip", "Clip", &["d1"], &["d2"]),
         node("d_mul", "Mul", &["d2", "s"], &["yd"]),
@@ -77,8 +87,10 @@ fn session(shape: &[usize], threads: usize) -> Session {
         node("f_mul", "Mul", &["x", "f1"], &["f2"]),
         node("f_exp", "Exp", &["f2"], &["f3"]),
         node("f_scale", "Mul", &["f3", "s"], &["yf"]),
+        node("h_mul", "Mul", &["x", "along_h"], &["g1"]),
+        node("h_add", "Add", &["g1", "one"], &["yg"]),
     ];
-    let outputs = ["ya", "yb", "yc", "yd", "d2", "ye", "yf"]
+    let outputs = ["ya", "yb", "yc", "yd", "d2", "ye", "yf", "yg"]
         .map(named_value)
         .to_vec();
     let proto = model(vec![float_value("x", &dims)], nodes, inits, outputs);
@@ -167,7 +179,8 @@ fn fused_chains_match_node_by_node_bit_for_bit() {
             let chain_len = |n: &str| s.fused_chain(plan.node_index(n).unwrap()).map(<[_]>::len);
             assert_eq!(chain_len("bn"), Some(5));
             assert_eq!(chain_len("scale_mul"), Some(9));
-            assert_eq!(chain_len("mul_w"), Some(2));
+            assert_eq!(chain_len("mul_w"), None);
+            assert_eq!(chain_len("g_div"), Some(5));
             // d2 is a graph output, so the chain ends with the node writing it.
             assert_eq!(chain_len("d_add"), Some(2));
             assert_eq!(chain_len("e_add"), Some(4));
@@ -177,8 +190,10 @@ fn fused_chains_match_node_by_node_bit_for_bit() {
             assert_eq!(fused_calls(&s, "d_add"), 1);
             assert_eq!(fused_calls(&s, "bn"), 1);
             assert_eq!(fused_calls(&s, "scale_mul"), 1);
-            // Its constant runs along the last axis: the nodes run one by one.
-            assert_eq!(fused_calls(&s, "mul_w"), 0);
+            assert_eq!(fused_calls(&s, "g_div"), 1);
+            // Its constant runs along axis 2: the nodes run one by one.
+            assert_eq!(chain_len("h_mul"), Some(2));
+            assert_eq!(fused_calls(&s, "h_mul"), 0);
         }
     }
 }
