@@ -22,7 +22,7 @@ use rayon::prelude::*;
 use crate::ops::broadcast::along_axis1_only;
 use crate::ops::elementwise::step::{
     self, ArithOp, ElementStep, HardSwish, Operand, act_block, affine_block, arith_block,
-    clip_block, hard_swish_block, relu_block,
+    clip_block, hard_swish_block, relu_block, silu_block,
 };
 use crate::ops::norm::batch_norm_f32_affine;
 use crate::plan::{Plan, Slot};
@@ -106,6 +106,13 @@ enum Step {
     HardSwish {
         src: usize,
         h: HardSwish,
+    },
+    /// A Sigmoid and the Mul of its output by its input as one step (see
+    /// [`fuse_silu`]), in place of the Mul; the Sigmoid becomes `Nop`.
+    Silu {
+        src: usize,
+        /// The Mul reads `x` first (else the Sigmoid's output first).
+        x_first: bool,
     },
     /// A step whose work another step does; its register is never read.
     Nop,
@@ -209,6 +216,7 @@ impl Chain {
             Step::Act { act, src } => act_block(*act, reg(*src), out),
             Step::Affine { src, a, b } => affine_block(reg(*src), a[channel], b[channel], out),
             Step::HardSwish { src, h } => hard_swish_block(*h, reg(*src), out),
+            Step::Silu { src, x_first } => silu_block(*x_first, reg(*src), out),
             Step::Nop => {}
         }
     }
@@ -381,7 +389,8 @@ fn reads(step: &Step) -> Vec<usize> {
         | Step::Relu { src }
         | Step::Act { src, .. }
         | Step::Affine { src, .. }
-        | Step::HardSwish { src, .. } => vec![*src],
+        | Step::HardSwish { src, .. }
+        | Step::Silu { src, .. } => vec![*src],
         Step::Nop => Vec::new(),
     }
 }
@@ -459,6 +468,38 @@ fn fuse_hard_swish(steps: &mut [Step], consts: &[Constant]) {
         for s in &mut steps[k..k + 3] {
             *s = Step::Nop;
         }
+    }
+}
+
+/// Turns each `Sigmoid(x)` followed by `Mul(x, ·)` or `Mul(·, x)`, where the Mul is
+/// the only reader of the Sigmoid's output, into one SiLU step.
+fn fuse_silu(steps: &mut [Step]) {
+    let mut readers = vec![0usize; steps.len() + 1];
+    for s in steps.iter() {
+        for r in reads(s) {
+            readers[r] += 1;
+        }
+    }
+    for k in 0..steps.len().saturating_sub(1) {
+        // Register of the Sigmoid's output.
+        let sig = k + 1;
+        let x = match &steps[k] {
+            Step::Act {
+                act: step::Act::Sigmoid,
+                src,
+            } if readers[sig] == 1 => *src,
+            _ => continue,
+        };
+        let x_first = match &steps[k + 1] {
+            Step::Arith {
+                op: ArithOp::Mul,
+                a: Arg::Reg(a),
+                b: Arg::Reg(b),
+            } if (*a, *b) == (x, sig) || (*a, *b) == (sig, x) => *a == x,
+            _ => continue,
+        };
+        steps[k + 1] = Step::Silu { src: x, x_first };
+        steps[k] = Step::Nop;
     }
 }
 
@@ -576,6 +617,7 @@ fn find_chains(plan: &Plan) -> Vec<Chain> {
         steps.truncate(len);
         consts.truncate(n_consts);
         fuse_hard_swish(&mut steps, &consts);
+        fuse_silu(&mut steps);
         let last = members[len - 1];
         let input_readers_within = readers[input]
             .iter()

@@ -26,7 +26,8 @@ fn constant(name: &str, shape: &[usize], values: Vec<f32>) -> hmct_proto::onnx::
 /// - `yd`: Add, a Clip without bounds, Mul; the Clip's output `d2` is a graph output;
 /// - `ye`: a hard-swish with the operands of its Add and Mul the other way round;
 /// - `yf`: a SiLU (Sigmoid, and a Mul by the chain's input), Exp, a per-channel Mul;
-/// - `yg`: a Mul by a constant along axis 2, which the chain cannot take, and an Add.
+/// - `yg`: a Mul by a constant along axis 2, which the chain cannot take, and an Add;
+/// - `yh`: a SiLU with the Mul's operands the other way round, and an Add.
 fn session(shape: &[usize], threads: usize) -> Session {
     let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
     let w = *shape.last().unwrap();
@@ -87,10 +88,13 @@ fn session(shape: &[usize], threads: usize) -> Session {
         node("f_mul", "Mul", &["x", "f1"], &["f2"]),
         node("f_exp", "Exp", &["f2"], &["f3"]),
         node("f_scale", "Mul", &["f3", "s"], &["yf"]),
+        node("s_sig", "Sigmoid", &["x"], &["s1"]),
+        node("s_mul", "Mul", &["s1", "x"], &["s2"]),
+        node("s_add", "Add", &["s2", "three"], &["yh"]),
         node("h_mul", "Mul", &["x", "along_h"], &["g1"]),
         node("h_add", "Add", &["g1", "one"], &["yg"]),
     ];
-    let outputs = ["ya", "yb", "yc", "yd", "d2", "ye", "yf", "yg"]
+    let outputs = ["ya", "yb", "yc", "yd", "d2", "ye", "yf", "yg", "yh"]
         .map(named_value)
         .to_vec();
     let proto = model(vec![float_value("x", &dims)], nodes, inits, outputs);
@@ -185,6 +189,7 @@ fn fused_chains_match_node_by_node_bit_for_bit() {
             assert_eq!(chain_len("d_add"), Some(2));
             assert_eq!(chain_len("e_add"), Some(4));
             assert_eq!(chain_len("f_sig"), Some(4));
+            assert_eq!(chain_len("s_sig"), Some(3));
             assert_eq!(fused_calls(&s, "e_add"), 1);
             assert_eq!(fused_calls(&s, "f_sig"), 1);
             assert_eq!(fused_calls(&s, "d_add"), 1);

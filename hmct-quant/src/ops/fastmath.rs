@@ -103,10 +103,16 @@ pub(crate) fn exp_slice(x: &[f32], y: &mut [f32]) {
     }
 }
 
+/// The logistic function on [`exp_f32`].
+#[inline(always)]
+pub(crate) fn sigmoid_f32(v: f32) -> f32 {
+    1.0 / (1.0 + exp_f32(-v))
+}
+
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+fma", "x86_64+avx2+fma"))]
 pub(crate) fn sigmoid_slice(x: &[f32], y: &mut [f32]) {
     for (y, &v) in y.iter_mut().zip(x) {
-        *y = 1.0 / (1.0 + exp_f32(-v));
+        *y = sigmoid_f32(v);
     }
 }
 

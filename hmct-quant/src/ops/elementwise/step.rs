@@ -147,6 +147,23 @@ pub(crate) fn hard_swish_block(h: HardSwish, src: &[f32], out: &mut [f32]) {
     }
 }
 
+/// A SiLU, `Mul(x, Sigmoid(x))` (`x_first`) or `Mul(Sigmoid(x), x)`, in one loop:
+/// the Sigmoid kernel's function and the Mul on the same operands in the same order
+/// as the two steps it replaces, so the same bits, without storing and reloading the
+/// Sigmoid's block (a fifth of EfficientNet-B0 and a fifteenth of YOLOv8n run such
+/// pairs).
+#[inline(always)]
+pub(crate) fn silu_block(x_first: bool, src: &[f32], out: &mut [f32]) {
+    for (o, &x) in out.iter_mut().zip(src) {
+        let s = crate::ops::fastmath::sigmoid_f32(x);
+        *o = if x_first {
+            Num::mul(x, s)
+        } else {
+            Num::mul(s, x)
+        };
+    }
+}
+
 /// `x * a + b`, as BatchNormalization computes it with its f32 coefficients.
 #[inline(always)]
 pub(crate) fn affine_block(src: &[f32], a: f32, b: f32, out: &mut [f32]) {
