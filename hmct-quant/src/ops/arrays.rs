@@ -163,9 +163,44 @@ pub(crate) fn reshaped(t: &Tensor, shape: &[usize]) -> Result<Tensor, OpError> {
     )
 }
 
+/// [`reshaped`] of a tensor the caller owns: the same buffer under the new shape when
+/// its values are in standard order (no copy), else a copy.
+pub(crate) fn reshaped_owned(t: Tensor, shape: &[usize]) -> Result<Tensor, OpError> {
+    if shape.iter().product::<usize>() != t.len() {
+        return reshaped(&t, shape);
+    }
+    Ok(map_tensor_same!(t, a => {
+        if a.is_standard_layout() {
+            a.into_shape_with_order(IxDyn(shape))
+        } else {
+            ArrayD::from_shape_vec(IxDyn(shape), contiguous(&a).into_owned())
+        }
+        .map_err(|e| OpError::invalid(e.to_string()))?
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reshaping_an_owned_tensor_keeps_its_buffer_when_it_can() {
+        let t = Tensor::from_f32(&[2, 3, 4], (0..24).map(|i| i as f32).collect()).unwrap();
+        let owned = t.clone();
+        let at = owned.as_f32().unwrap().as_ptr();
+        let r = reshaped_owned(owned, &[6, 4]).unwrap();
+        assert_eq!(r.shape(), &[6, 4]);
+        assert_eq!(r.as_f32().unwrap().as_ptr(), at);
+        assert_eq!(r, reshaped(&t, &[6, 4]).unwrap());
+        // A transposed view is copied in standard order, as `reshaped` does.
+        let Tensor::F32(a) = &t else { unreachable!() };
+        let tr = Tensor::F32(a.clone().reversed_axes());
+        assert_eq!(
+            reshaped_owned(tr.clone(), &[24]).unwrap(),
+            reshaped(&tr, &[24]).unwrap()
+        );
+        assert!(reshaped_owned(tr, &[5, 5]).is_err());
+    }
 
     #[test]
     fn permute_matches_ndarray_for_every_permutation_of_four_axes() {
