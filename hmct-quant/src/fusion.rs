@@ -395,6 +395,30 @@ fn reads(step: &Step) -> Vec<usize> {
     }
 }
 
+/// How many steps read each register (step `k` writes register `k + 1`).
+fn readers_of(steps: &[Step]) -> Vec<usize> {
+    let mut readers = vec![0usize; steps.len() + 1];
+    for s in steps {
+        for r in reads(s) {
+            readers[r] += 1;
+        }
+    }
+    readers
+}
+
+/// Whether `step` is the Mul of registers `x` and `r` in either order: `Some(true)`
+/// when it reads `x` first.
+fn mul_of(step: &Step, x: usize, r: usize) -> Option<bool> {
+    match step {
+        Step::Arith {
+            op: ArithOp::Mul,
+            a: Arg::Reg(a),
+            b: Arg::Reg(b),
+        } if (*a, *b) == (x, r) || (*a, *b) == (r, x) => Some(*a == x),
+        _ => None,
+    }
+}
+
 /// Turns each run of steps `Add(x, c)`, `Clip(·, lo, hi)`, `Mul(x, ·)`, `Div(·, d)`
 /// (operands of Add and Mul in either order, scalar constants, intermediate values
 /// read by the next of the four only) into one hard-swish step. The classifier's
@@ -404,13 +428,7 @@ fn fuse_hard_swish(steps: &mut [Step], consts: &[Constant]) {
         Arg::Const(c) if !consts[*c].per_channel() => Some(consts[*c].values[0]),
         _ => None,
     };
-    // Step k writes register k + 1; how many steps read each register.
-    let mut readers = vec![0usize; steps.len() + 1];
-    for s in steps.iter() {
-        for r in reads(s) {
-            readers[r] += 1;
-        }
-    }
+    let readers = readers_of(steps);
     for k in 0..steps.len().saturating_sub(3) {
         // Registers of the Add's, the Clip's and the Mul's outputs.
         let (add, clip, mul) = (k + 1, k + 2, k + 3);
@@ -437,13 +455,8 @@ fn fuse_hard_swish(steps: &mut [Step], consts: &[Constant]) {
             Step::Clip { src, lo, hi } if *src == add => (*lo, *hi),
             _ => continue,
         };
-        let x_first_in_mul = match &steps[k + 2] {
-            Step::Arith {
-                op: ArithOp::Mul,
-                a: Arg::Reg(a),
-                b: Arg::Reg(b),
-            } if (*a, *b) == (x, clip) || (*a, *b) == (clip, x) => *a == x,
-            _ => continue,
+        let Some(x_first_in_mul) = mul_of(&steps[k + 2], x, clip) else {
+            continue;
         };
         let div_value = match &steps[k + 3] {
             Step::Arith {
@@ -474,12 +487,7 @@ fn fuse_hard_swish(steps: &mut [Step], consts: &[Constant]) {
 /// Turns each `Sigmoid(x)` followed by `Mul(x, ·)` or `Mul(·, x)`, where the Mul is
 /// the only reader of the Sigmoid's output, into one SiLU step.
 fn fuse_silu(steps: &mut [Step]) {
-    let mut readers = vec![0usize; steps.len() + 1];
-    for s in steps.iter() {
-        for r in reads(s) {
-            readers[r] += 1;
-        }
-    }
+    let readers = readers_of(steps);
     for k in 0..steps.len().saturating_sub(1) {
         // Register of the Sigmoid's output.
         let sig = k + 1;
@@ -490,13 +498,8 @@ fn fuse_silu(steps: &mut [Step]) {
             } if readers[sig] == 1 => *src,
             _ => continue,
         };
-        let x_first = match &steps[k + 1] {
-            Step::Arith {
-                op: ArithOp::Mul,
-                a: Arg::Reg(a),
-                b: Arg::Reg(b),
-            } if (*a, *b) == (x, sig) || (*a, *b) == (sig, x) => *a == x,
-            _ => continue,
+        let Some(x_first) = mul_of(&steps[k + 1], x, sig) else {
+            continue;
         };
         steps[k + 1] = Step::Silu { src: x, x_first };
         steps[k] = Step::Nop;
