@@ -347,6 +347,18 @@ where
     F: Fn(&C, &X, &Y) -> O,
 {
     let shape = broadcast_shapes(&broadcast_shapes(c.shape(), x.shape())?, y.shape())?;
+    // Each input of the output's shape or a single value (Swin's attention masks):
+    // plain indexing instead of ndarray's broadcast iterators, about 20 ns per
+    // element on dynamic-rank views.
+    if let (Some(cs), Some(xs), Some(ys)) = (
+        Flat::of(c, &shape),
+        Flat::of(x, &shape),
+        Flat::of(y, &shape),
+    ) {
+        let n = shape.iter().product();
+        let data = (0..n).map(|i| f(cs.at(i), xs.at(i), ys.at(i))).collect();
+        return array(&shape, data);
+    }
     let bad = || OpError::invalid("inputs do not broadcast");
     let cv = c.broadcast(IxDyn(&shape)).ok_or_else(bad)?;
     let xv = x.broadcast(IxDyn(&shape)).ok_or_else(bad)?;
@@ -358,6 +370,33 @@ where
         .map(|((c, x), y)| f(c, x, y))
         .collect();
     array(&shape, data)
+}
+
+/// An input of [`ternary`] that needs no broadcast iterator: all of the output's
+/// values in order, or one value for all.
+enum Flat<'a, T> {
+    All(&'a [T]),
+    One(&'a T),
+}
+
+impl<'a, T> Flat<'a, T> {
+    fn of(a: &'a ArrayD<T>, shape: &[usize]) -> Option<Self> {
+        if a.len() == 1 {
+            return a.iter().next().map(Flat::One);
+        }
+        if a.shape() != shape {
+            return None;
+        }
+        a.as_slice().map(Flat::All)
+    }
+
+    #[inline(always)]
+    fn at(&self, i: usize) -> &'a T {
+        match self {
+            Flat::All(v) => &v[i],
+            Flat::One(v) => v,
+        }
+    }
 }
 
 #[cfg(test)]
