@@ -1,6 +1,6 @@
-//! Element-wise maps over one or two arrays with numpy broadcasting.
+//! Element-wise maps over one, two or three arrays with numpy broadcasting.
 //!
-//! Binary maps collapse the broadcast into runs: adjacent dimensions that both inputs
+//! Binary and ternary maps collapse the broadcast into runs: adjacent dimensions that all inputs
 //! walk the same way are merged, so the innermost run is a contiguous stretch of the
 //! output where each input is either contiguous or a single repeated value (a scalar,
 //! or a per-channel constant as in `[N,C,H,W] * [C,1,1]`). Those runs are simple loops
@@ -161,13 +161,13 @@ where
         return true;
     }
     // `other` is smaller, so n > 1 and the walk has at least one dimension.
-    let walk = Walk::new(&shape, other.shape(), &shape);
-    let inner = *walk.dims.last().expect("n > 1 leaves a dimension");
-    let step = *walk.sb.last().expect("dims");
+    // (`dst` is contiguous in the output's shape: it never splits a run.)
+    let walk = Walk::new([other.shape()], &shape);
+    let (inner, [step]) = walk.inner();
     let rows_per_piece = (CHUNK / inner).max(1);
     for_chunks(d, rows_per_piece * inner, n >= PAR_MIN, &|off, piece| {
         for (r, row) in piece.chunks_mut(inner).enumerate() {
-            let (_, ob) = walk.offsets(off / inner + r);
+            let [ob] = walk.offsets(off / inner + r);
             if step == 1 {
                 for (v, &y) in row.iter_mut().zip(&o[ob..]) {
                     *v = g(*v, y);
@@ -183,16 +183,15 @@ where
     true
 }
 
-/// How a broadcast binary map walks its inputs: collapsed output dimensions and each
+/// How a broadcast map walks its `K` inputs: collapsed output dimensions and each
 /// input's element stride per dimension (0 where it is broadcast).
-struct Walk {
+struct Walk<const K: usize> {
     dims: Vec<usize>,
-    sa: Vec<usize>,
-    sb: Vec<usize>,
+    strides: Vec<[usize; K]>,
 }
 
-impl Walk {
-    fn new(a: &[usize], b: &[usize], out: &[usize]) -> Walk {
+impl<const K: usize> Walk<K> {
+    fn new(inputs: [&[usize]; K], out: &[usize]) -> Walk<K> {
         let strides = |shape: &[usize]| -> Vec<usize> {
             let pad = out.len() - shape.len();
             let mut s = vec![0; out.len()];
@@ -203,45 +202,58 @@ impl Walk {
             }
             s
         };
-        let (fa, fb) = (strides(a), strides(b));
-        // Merge each dimension into the run after it when both inputs continue
-        // their stride pattern across the boundary.
+        let full = inputs.map(strides);
+        // Merge each dimension into the run after it when every input continues its
+        // stride pattern across the boundary.
         let mut dims: Vec<usize> = Vec::new();
-        let mut sa: Vec<usize> = Vec::new();
-        let mut sb: Vec<usize> = Vec::new();
+        let mut runs: Vec<[usize; K]> = Vec::new();
         for i in (0..out.len()).rev() {
             if out[i] == 1 {
                 continue;
             }
-            if let (Some(&d), Some(&la), Some(&lb)) = (dims.last(), sa.last(), sb.last())
-                && fa[i] == la * d
-                && fb[i] == lb * d
+            let here: [usize; K] = std::array::from_fn(|k| full[k][i]);
+            if let (Some(&d), Some(last)) = (dims.last(), runs.last())
+                && (0..K).all(|k| here[k] == last[k] * d)
             {
                 *dims.last_mut().expect("non-empty") *= out[i];
                 continue;
             }
             dims.push(out[i]);
-            sa.push(fa[i]);
-            sb.push(fb[i]);
+            runs.push(here);
+        }
+        if dims.is_empty() {
+            // A single output value.
+            dims.push(1);
+            runs.push([0; K]);
         }
         dims.reverse();
-        sa.reverse();
-        sb.reverse();
-        Walk { dims, sa, sb }
+        runs.reverse();
+        Walk {
+            dims,
+            strides: runs,
+        }
+    }
+
+    /// Length of the innermost run, and each input's step along it (1, or 0 where
+    /// the input repeats one value).
+    fn inner(&self) -> (usize, [usize; K]) {
+        let last = self.dims.len() - 1;
+        (self.dims[last], self.strides[last])
     }
 
     /// Input offsets of the first element of outer row `row`.
     #[inline]
-    fn offsets(&self, mut row: usize) -> (usize, usize) {
-        let (mut oa, mut ob) = (0, 0);
+    fn offsets(&self, mut row: usize) -> [usize; K] {
+        let mut at = [0; K];
         for i in (0..self.dims.len() - 1).rev() {
             let d = self.dims[i];
             let idx = row % d;
             row /= d;
-            oa += idx * self.sa[i];
-            ob += idx * self.sb[i];
+            for (o, s) in at.iter_mut().zip(self.strides[i]) {
+                *o += idx * s;
+            }
         }
-        (oa, ob)
+        at
     }
 }
 
@@ -310,12 +322,8 @@ where
         };
         return array(&out_shape, out);
     }
-    let walk = Walk::new(a.shape(), b.shape(), &out_shape);
-    let inner = *walk.dims.last().expect("n > 1 leaves a dimension");
-    let (ia, ib) = (
-        *walk.sa.last().expect("dims"),
-        *walk.sb.last().expect("dims"),
-    );
+    let walk = Walk::new([a.shape(), b.shape()], &out_shape);
+    let (inner, [ia, ib]) = walk.inner();
     let mut out = crate::buffers::take::<O>(n);
     // Pieces hold whole rows, so each starts at a row boundary.
     let rows_per_piece = (CHUNK / inner).max(1);
@@ -325,7 +333,7 @@ where
         n >= PAR_MIN,
         &|off, piece| {
             for (r, row_out) in piece.chunks_mut(inner).enumerate() {
-                let (oa, ob) = walk.offsets(off / inner + r);
+                let [oa, ob] = walk.offsets(off / inner + r);
                 run(row_out, &xa[oa..], ia, &xb[ob..], ib, &f);
             }
         },
@@ -333,7 +341,8 @@ where
     array(&out_shape, out)
 }
 
-/// `f(c, x, y)` with numpy broadcasting of three arrays (clone-based; for `Where`).
+/// `f(c, x, y)` with numpy broadcasting of three arrays (clone-based; for `Where`),
+/// walked in runs as [`binary`] walks two.
 pub(crate) fn ternary<C, X, Y, O, F>(
     c: &ArrayD<C>,
     x: &ArrayD<X>,
@@ -347,56 +356,19 @@ where
     F: Fn(&C, &X, &Y) -> O,
 {
     let shape = broadcast_shapes(&broadcast_shapes(c.shape(), x.shape())?, y.shape())?;
-    // Each input of the output's shape or a single value (Swin's attention masks):
-    // plain indexing instead of ndarray's broadcast iterators, about 20 ns per
-    // element on dynamic-rank views.
-    if let (Some(cs), Some(xs), Some(ys)) = (
-        Flat::of(c, &shape),
-        Flat::of(x, &shape),
-        Flat::of(y, &shape),
-    ) {
-        let n = shape.iter().product();
-        let data = (0..n).map(|i| f(cs.at(i), xs.at(i), ys.at(i))).collect();
-        return array(&shape, data);
+    let n: usize = shape.iter().product();
+    if n == 0 {
+        return array(&shape, Vec::new());
     }
-    let bad = || OpError::invalid("inputs do not broadcast");
-    let cv = c.broadcast(IxDyn(&shape)).ok_or_else(bad)?;
-    let xv = x.broadcast(IxDyn(&shape)).ok_or_else(bad)?;
-    let yv = y.broadcast(IxDyn(&shape)).ok_or_else(bad)?;
-    let data: Vec<O> = cv
-        .iter()
-        .zip(xv.iter())
-        .zip(yv.iter())
-        .map(|((c, x), y)| f(c, x, y))
-        .collect();
+    let (cs, xs, ys) = (contiguous(c), contiguous(x), contiguous(y));
+    let walk = Walk::new([c.shape(), x.shape(), y.shape()], &shape);
+    let (inner, [ic, ix, iy]) = walk.inner();
+    let mut data = Vec::with_capacity(n);
+    for row in 0..n / inner {
+        let [oc, ox, oy] = walk.offsets(row);
+        data.extend((0..inner).map(|j| f(&cs[oc + j * ic], &xs[ox + j * ix], &ys[oy + j * iy])));
+    }
     array(&shape, data)
-}
-
-/// An input of [`ternary`] that needs no broadcast iterator: all of the output's
-/// values in order, or one value for all.
-enum Flat<'a, T> {
-    All(&'a [T]),
-    One(&'a T),
-}
-
-impl<'a, T> Flat<'a, T> {
-    fn of(a: &'a ArrayD<T>, shape: &[usize]) -> Option<Self> {
-        if a.len() == 1 {
-            return a.iter().next().map(Flat::One);
-        }
-        if a.shape() != shape {
-            return None;
-        }
-        a.as_slice().map(Flat::All)
-    }
-
-    #[inline(always)]
-    fn at(&self, i: usize) -> &'a T {
-        match self {
-            Flat::All(v) => &v[i],
-            Flat::One(v) => v,
-        }
-    }
 }
 
 #[cfg(test)]
@@ -443,6 +415,40 @@ mod tests {
             let got = binary(&a, &b, |x, y| x * 10.0 + y).unwrap();
             assert_eq!(got, reference(&a, &b), "{sa:?} with {sb:?}");
             assert!(got.is_standard_layout());
+        }
+    }
+
+    #[test]
+    fn ternary_broadcast_patterns_match_ndarray() {
+        let cases: &[[&[usize]; 3]] = &[
+            [&[2, 3, 4, 5], &[2, 3, 4, 5], &[2, 3, 4, 5]],
+            [&[64, 49, 49], &[], &[64, 49, 49]],
+            [&[1, 1, 6, 6], &[2, 3, 6, 6], &[]],
+            [&[2, 3, 4, 5], &[3, 1, 1], &[1, 3, 1, 5]],
+            [&[4, 1], &[1, 6], &[4, 6]],
+            [&[3, 1, 5], &[1, 4, 1], &[5]],
+            [&[], &[], &[]],
+            [&[1], &[2, 2], &[1, 1]],
+            [&[0, 3], &[3], &[1]],
+        ];
+        for [sc, sx, sy] in cases {
+            let c = arr(sc, |i| (i * 7 % 3) as f32);
+            let x = arr(sx, |i| i as f32);
+            let y = arr(sy, |i| (i as f32) * 0.5 - 1.0);
+            let got = ternary(&c, &x, &y, |&c, &p, &q| if c > 0.5 { p } else { q }).unwrap();
+            let shape = broadcast_shapes(&broadcast_shapes(sc, sx).unwrap(), sy).unwrap();
+            let (cv, xv, yv) = (
+                c.broadcast(IxDyn(&shape)).unwrap(),
+                x.broadcast(IxDyn(&shape)).unwrap(),
+                y.broadcast(IxDyn(&shape)).unwrap(),
+            );
+            let mut want = ArrayD::zeros(IxDyn(&shape));
+            hmct_tensor::ndarray::Zip::from(&mut want)
+                .and(&cv)
+                .and(&xv)
+                .and(&yv)
+                .for_each(|o, &c, &p, &q| *o = if c > 0.5 { p } else { q });
+            assert_eq!(got, want, "{sc:?}, {sx:?}, {sy:?}");
         }
     }
 

@@ -10,6 +10,8 @@
 //! the thread count. ConvTranspose is a GEMM into columns followed by col2im.
 
 use std::any::TypeId;
+use std::array::from_fn;
+use std::ops::Range;
 
 use hmct_tensor::ndarray::ArrayD;
 use hmct_tensor::{Tensor, f16};
@@ -512,17 +514,13 @@ fn trim_padding_taps<T: Scalar>(w: &[T], filters: usize, g: &Win3) -> Option<(Ve
     if used == g.kernel {
         return None;
     }
-    let [kd, kh, kw] = g.kernel;
-    let mut trimmed = Vec::with_capacity(filters * used.iter().product::<usize>());
-    for f in 0..filters {
-        for a in first[0]..first[0] + used[0] {
-            for b in first[1]..first[1] + used[1] {
-                let row = ((f * kd + a) * kh + b) * kw + first[2];
-                trimmed.extend_from_slice(&w[row..row + used[2]]);
-            }
-        }
-    }
-    let pad = std::array::from_fn(|a| g.pad[a] - (first[a] * g.dil[a]) as isize);
+    let trimmed = kernel_taps(
+        w,
+        filters,
+        g.kernel,
+        from_fn(|a| first[a]..first[a] + used[a]),
+    );
+    let pad = from_fn(|a| g.pad[a] - (first[a] * g.dil[a]) as isize);
     Some((
         trimmed,
         Win3 {
@@ -533,26 +531,46 @@ fn trim_padding_taps<T: Scalar>(w: &[T], filters: usize, g: &Win3) -> Option<(Ve
     ))
 }
 
+/// The weights of a conv that keeps only taps `taps` (a range per axis of `kernel`)
+/// of each of its `filters` filters, in the same order.
+fn kernel_taps<T: Copy>(
+    w: &[T],
+    filters: usize,
+    kernel: [usize; 3],
+    taps: [Range<usize>; 3],
+) -> Vec<T> {
+    let [kd, kh, kw] = kernel;
+    let mut kept = Vec::with_capacity(filters * taps.iter().map(Range::len).product::<usize>());
+    for f in 0..filters {
+        for a in taps[0].clone() {
+            for b in taps[1].clone() {
+                kept.extend_from_slice(&w[((f * kd + a) * kh + b) * kw..][taps[2].clone()]);
+            }
+        }
+    }
+    kept
+}
+
 /// A rectangle of a 2-D conv's outputs (rows, columns) and the kernel rows and
 /// columns that read data (not padding) for every output in it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Debug)]
 struct Band {
-    rows: std::ops::Range<usize>,
-    cols: std::ops::Range<usize>,
-    tap_rows: std::ops::Range<usize>,
-    tap_cols: std::ops::Range<usize>,
+    rows: Range<usize>,
+    cols: Range<usize>,
+    tap_rows: Range<usize>,
+    tap_cols: Range<usize>,
 }
 
 /// Runs of outputs along one axis that read data with the same taps: `(outputs,
 /// taps)`. Tap `t` of output `o` reads padded position `o·s + t·d`; data lies in
 /// `[pad, pad + input)`, so the taps that read data form one range.
-fn axis_bands(g: &Win3, a: usize) -> Vec<(std::ops::Range<usize>, std::ops::Range<usize>)> {
+fn axis_bands(g: &Win3, a: usize) -> Vec<(Range<usize>, Range<usize>)> {
     let (d, s, pad, len) = (g.dil[a], g.stride[a], g.pad[a], g.input[a] as isize);
     let reads = |o: usize, t: usize| {
         let p = (o * s + t * d) as isize - pad;
         (0..len).contains(&p)
     };
-    let mut bands: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)> = Vec::new();
+    let mut bands: Vec<(Range<usize>, Range<usize>)> = Vec::new();
     for o in 0..g.out[a] {
         let t0 = (0..g.kernel[a]).find(|&t| reads(o, t)).unwrap_or(0);
         let t1 = (t0..g.kernel[a]).take_while(|&t| reads(o, t)).count() + t0;
@@ -573,7 +591,7 @@ fn padding_bands(g: &Win3) -> Option<Vec<Band>> {
         return None;
     }
     let (rows, cols) = (axis_bands(g, 1), axis_bands(g, 2));
-    let taps = |b: &[(std::ops::Range<usize>, std::ops::Range<usize>)]| -> usize {
+    let taps = |b: &[(Range<usize>, Range<usize>)]| -> usize {
         b.iter().map(|(o, t)| o.len() * t.len()).sum()
     };
     let reading = taps(&rows) * taps(&cols);
@@ -614,7 +632,6 @@ fn conv_bands(
     let [n, c, m, group] = dims;
     let [_, ih, iw] = g.input;
     let [_, oh, ow] = g.out;
-    let [_, kh, kw] = g.kernel;
     let filters = m * (c / group);
     for band in bands {
         let (rh, rw) = (band.rows.len(), band.cols.len());
@@ -657,15 +674,7 @@ fn conv_bands(
             }
         }
         let key = [th.start, th.end, tw.start, tw.end];
-        let copy_taps = || {
-            let mut t = Vec::with_capacity(filters * th.len() * tw.len());
-            for f in 0..filters {
-                for r in th.clone() {
-                    t.extend_from_slice(&w[(f * kh + r) * kw..][tw.clone()]);
-                }
-            }
-            t
-        };
+        let copy_taps = || kernel_taps(w, filters, g.kernel, [0..1, th.clone(), tw.clone()]);
         let taps = match cache {
             Some(cache) => {
                 let mut held = cache.band_taps.lock().unwrap_or_else(|e| e.into_inner());
@@ -863,9 +872,10 @@ impl<T> Default for DwScratch<T> {
 /// outputs left one chain of dependent multiply-adds per block of 8 (a quarter of
 /// MobileNetV2's time). Kernel rows in the height padding then add `w·0` too, and
 /// the outputs in padding columns are computed and dropped. Otherwise, row by row,
-/// kernel rows in the depth or height padding are skipped. The whole function is compiled for AVX2 and FMA when available;
-/// there each tap is one fused multiply-add (half the instructions of a multiply and
-/// an add, and one rounding), elsewhere a multiply and an add.
+/// kernel rows in the depth or height padding are skipped. The whole function is
+/// compiled for AVX-512 or AVX2, with FMA, when available; there each tap is one fused
+/// multiply-add (half the instructions of a multiply and an add, and one rounding),
+/// elsewhere a multiply and an add.
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+fma", "x86_64+avx2+fma"))]
 fn dw_plane<T: Scalar>(
     xc: &[T],

@@ -13,8 +13,9 @@
 //! the zero padding in place and split into `stride × stride` phase planes (rows and
 //! columns `p, p + s, p + 2s, ...`): every tap of every output tile then reads a
 //! tile's width of consecutive values, and with AVX-512 a task's output rows are
-//! summed as one line over the planes' width (see `Layout::plan_copy`). Unpadded stride-1 convs on narrow rows, whose last tile per
-//! row would be mostly empty, are summed as one line at the input's row width instead
+//! summed as one line over the planes' width (see `Layout::plan_copy`). Unpadded
+//! stride-1 convs on narrow rows, whose last tile per row would be mostly empty, are
+//! summed as one line at the input's row width instead
 //! (the few positions between rows are computed and dropped: by AVX-512 as it stores,
 //! by AVX2 in a copy from a buffer), so nearly every tile is full.
 //! Each output element is `bias + Σ_c Σ_taps w·x` summed in that order with

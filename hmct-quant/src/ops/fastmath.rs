@@ -1,6 +1,6 @@
-//! Branch-free f32 `exp` and `erf` that loops vectorize, and the Exp/Sigmoid/Erf
-//! slice kernels built on them (compiled for AVX-512 or AVX2 when the CPU has them; the same
-//! operations on 16 or 8 lanes, so the same bits).
+//! Branch-free f32 `exp` and `erf` that loops vectorize, and the Exp/Sigmoid/Erf/Gelu
+//! slice kernels built on them (compiled for AVX-512 or AVX2 when the CPU has them;
+//! the same operations on 16 or 8 lanes, so the same bits).
 //!
 //! libm's `expf` is a call per element and dominates Sigmoid (SiLU) and Softmax.
 //! This one is Cody-Waite range reduction plus the Cephes `expf` polynomial: within

@@ -11,6 +11,7 @@ use rayon::prelude::*;
 
 use super::arrays::{array, contiguous};
 use super::elementwise::step::ElementStep;
+use super::reduce::fold_row;
 use super::{Kernel, NodeSpec, OpError, input, normalize_axis, run_not_reusing};
 
 pub(crate) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>> {
@@ -395,12 +396,20 @@ impl Kernel for LayerNorm {
         let mut stat_shape = xs[..axis].to_vec();
         stat_shape.extend(std::iter::repeat_n(1, xs.len() - axis));
         let eps = self.epsilon as f64;
+        // Y, then Mean and InvStdDev in the stash type (float), as many as the node has.
+        let outputs = |y: Tensor, mean: Vec<f32>, inv: Vec<f32>| -> Result<Vec<Tensor>, OpError> {
+            let stat = |d| -> Result<Tensor, OpError> { Ok(Tensor::F32(array(&stat_shape, d)?)) };
+            let mut outs = vec![y, stat(mean)?, stat(inv)?];
+            outs.truncate(self.num_outputs.max(1));
+            Ok(outs)
+        };
         // Transformers' LayerNorms are f32: one vectorized pass per statistic
         // and one that writes the output, with no widened copy of the input.
         if let (Tensor::F32(a), true) = (x, len > 0) {
             let src = contiguous(a);
             let rows = src.len() / len;
-            let mut out = vec![0.0f32; src.len()];
+            // Every element is written.
+            let mut out = crate::buffers::take::<f32>(src.len());
             let mut stats = vec![(0.0f64, 0.0f64); rows];
             let f = |((x, y), st): ((&[f32], &mut [f32]), &mut (f64, f64))| {
                 *st = layer_norm_row(x, &scale, &bias, eps, y);
@@ -417,16 +426,11 @@ impl Kernel for LayerNorm {
                     .with_min_len((1 << 14) / len + 1)
                     .for_each(f);
             }
-            let f32s = |d: Vec<f32>| -> Result<Tensor, OpError> {
-                Ok(Tensor::F32(array(&stat_shape, d)?))
-            };
-            let mut outs = vec![
+            return outputs(
                 Tensor::F32(array(&xs, out)?),
-                f32s(stats.iter().map(|s| s.0 as f32).collect())?,
-                f32s(stats.iter().map(|s| s.1 as f32).collect())?,
-            ];
-            outs.truncate(self.num_outputs.max(1));
-            return Ok(outs);
+                stats.iter().map(|s| s.0 as f32).collect(),
+                stats.iter().map(|s| s.1 as f32).collect(),
+            );
         }
         with_floats!(x, "LayerNormalization input", v => {
             let st = moments(&v, len);
@@ -445,47 +449,33 @@ impl Kernel for LayerNorm {
                     v.par_chunks_mut(len).enumerate().for_each(f);
                 }
             }
-            let mean: Vec<f64> = st.iter().map(|s| s.0).collect();
-            // Mean and InvStdDev are in the stash type (float).
-            let f32s = |d: Vec<f64>| -> Result<Tensor, OpError> {
-                Ok(Tensor::F32(array(&stat_shape, d.into_iter().map(|q| q as f32).collect())?))
-            };
-            let mut outs = vec![rebuild(x, &xs, v)?, f32s(mean)?, f32s(inv)?];
-            outs.truncate(self.num_outputs.max(1));
-            Ok(outs)
+            outputs(
+                rebuild(x, &xs, v)?,
+                st.iter().map(|s| s.0 as f32).collect(),
+                inv.iter().map(|&q| q as f32).collect(),
+            )
         })
     }
 }
 
-/// The sum of `f` over `x` in eight lanes, added up in a fixed order.
-#[inline(always)]
-fn lane_sum(x: &[f32], f: impl Fn(f32) -> f64) -> f64 {
-    const LANES: usize = 8;
-    let mut acc = [0.0f64; LANES];
-    let mut chunks = x.chunks_exact(LANES);
-    for c in &mut chunks {
-        for (a, &v) in acc.iter_mut().zip(c) {
-            *a += f(v);
-        }
-    }
-    for (a, &v) in acc.iter_mut().zip(chunks.remainder()) {
-        *a += f(v);
-    }
-    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
-}
-
-/// One f32 row of LayerNormalization: mean and variance summed in f64 over eight
-/// fixed lanes (the same order on every instruction set, so the same bits), then
+/// One f32 row of LayerNormalization: mean and variance summed in f64 by
+/// [`fold_row`] (a fixed order on every instruction set, so the same bits), then
 /// `((x - mean) * inv) * scale + bias` in f64 as the generic path computes it.
 /// Returns `(mean, 1 / sqrt(var + eps))`.
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+fma", "x86_64+avx2+fma"))]
 fn layer_norm_row(x: &[f32], scale: &[f64], bias: &[f64], eps: f64, y: &mut [f32]) -> (f64, f64) {
     let n = x.len() as f64;
-    let mean = lane_sum(x, |v| v as f64) / n;
-    let var = lane_sum(x, |v| {
-        let d = v as f64 - mean;
-        d * d
-    }) / n;
+    let add = |a: f64, b: f64| a + b;
+    let mean = fold_row(x, 0.0, |v| v as f64, add) / n;
+    let var = fold_row(
+        x,
+        0.0,
+        |v| {
+            let d = v as f64 - mean;
+            d * d
+        },
+        add,
+    ) / n;
     let inv = 1.0 / (var + eps).sqrt();
     for (((y, &v), &s), &b) in y.iter_mut().zip(x).zip(scale).zip(bias) {
         *y = (((v as f64 - mean) * inv) * s + b) as f32;

@@ -8,6 +8,7 @@
 mod arg;
 mod cumsum;
 mod fold;
+pub(crate) use fold::fold_row;
 mod softmax;
 
 use super::{Kernel, NodeSpec, OpError};

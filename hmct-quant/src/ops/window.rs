@@ -172,7 +172,7 @@ pub(crate) struct Window {
 
 /// A window over exactly three spatial dims (1-D and 2-D padded with leading 1s), which
 /// lets one loop nest serve every rank.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Win3 {
     pub input: [usize; 3],
     pub out: [usize; 3],

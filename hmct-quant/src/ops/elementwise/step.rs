@@ -95,16 +95,25 @@ pub(crate) fn relu_block(src: &[f32], out: &mut [f32]) {
     }
 }
 
-/// A float activation, through the function its kernel applies: the f32 slice
-/// functions of `fastmath` for Exp, Sigmoid, Erf and Gelu, else the one it applies in place.
+/// The f32 slice kernel of `act`, where `fastmath` has one (the activation kernel
+/// runs it on f32 tensors instead of its per-element function).
+pub(crate) fn f32_slice_kernel(act: Act) -> Option<fn(&[f32], &mut [f32])> {
+    match act {
+        Act::Exp => Some(exp_slice),
+        Act::Sigmoid => Some(sigmoid_slice),
+        Act::Erf => Some(erf_slice),
+        Act::Gelu => Some(gelu_slice),
+        _ => None,
+    }
+}
+
+/// A float activation, through the function its kernel applies: its
+/// [`f32_slice_kernel`], else the one it applies in place.
 #[inline(always)]
 pub(crate) fn act_block(act: Act, src: &[f32], out: &mut [f32]) {
-    match act {
-        Act::Exp => exp_slice(src, out),
-        Act::Sigmoid => sigmoid_slice(src, out),
-        Act::Erf => erf_slice(src, out),
-        Act::Gelu => gelu_slice(src, out),
-        _ => {
+    match f32_slice_kernel(act) {
+        Some(k) => k(src, out),
+        None => {
             out.copy_from_slice(src);
             map_in_place(act, out);
         }
@@ -336,8 +345,7 @@ pub(super) fn map_real<T: Real, D: Dest<T>>(act: Act, x: D) -> D::Out {
 }
 
 /// `act` over f32 values in place: the function the activation kernel applies
-/// (except Exp, Sigmoid, Erf and Gelu, whose f32 kernels are the slice kernels of
-/// `fastmath`).
+/// (except where it runs an [`f32_slice_kernel`]).
 pub(super) fn map_in_place(act: Act, d: &mut [f32]) {
     map_real(act, InPlace(d))
 }

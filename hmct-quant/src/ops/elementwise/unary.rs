@@ -7,11 +7,11 @@ use hmct_tensor::ndarray::ArrayD;
 use hmct_tensor::ndarray::IxDyn;
 
 use super::step::{
-    Act, ElementStep, Fresh, InPlace, bound_or, clip_f32_bounds, clip_one, map_real, relu,
+    Act, ElementStep, Fresh, InPlace, bound_or, clip_f32_bounds, clip_one, f32_slice_kernel,
+    map_real, relu,
 };
 use crate::ops::arrays::contiguous;
 use crate::ops::broadcast::{CHUNK, PAR_MIN, for_chunks, unary, unary_in_place};
-use crate::ops::fastmath::{erf_slice, exp_slice, gelu_slice, sigmoid_slice};
 use crate::ops::num::{Half, Num, with_num};
 use crate::ops::{Kernel, NodeSpec, OpError, input, run_not_reusing};
 
@@ -119,17 +119,6 @@ fn slice_kernel_in_place(d: &mut [f32], k: fn(&[f32], &mut [f32])) {
             k(t, p);
         }
     });
-}
-
-/// The f32 slice kernel of `act`, where `fastmath` has one.
-fn f32_slice_kernel(act: Act) -> Option<fn(&[f32], &mut [f32])> {
-    match act {
-        Act::Exp => Some(exp_slice),
-        Act::Sigmoid => Some(sigmoid_slice),
-        Act::Erf => Some(erf_slice),
-        Act::Gelu => Some(gelu_slice),
-        _ => None,
-    }
 }
 
 fn run_act(act: Act, t: &Tensor) -> Result<Tensor, OpError> {
