@@ -361,6 +361,14 @@ pub(crate) fn conv_nd<T: Scalar>(
     if cg == 1 && k_vol > 1 {
         // Every output is written (starting from its bias), so stale values are fine.
         let mut y = crate::buffers::take(n * m * out_vol);
+        if let (Some(xf), Some(wf)) = (f32_slice(x), f32_slice(w))
+            && mg == 1
+            && super::conv_dw::fits(&g3)
+        {
+            let yf = f32_slice_mut(&mut y).expect("T is f32, as x is");
+            super::conv_dw::conv(xf, wf, bias.and_then(f32_slice), yf, n, c, &g3);
+            return Ok((y, shape));
+        }
         depthwise(x, w, bias, &mut y, &g3, m, mg);
         return Ok((y, shape));
     }
@@ -800,7 +808,7 @@ fn im2col<T: Scalar>(x: &[T], cg: usize, g: &Win3, r0: usize, r1: usize, col: &m
 
 /// Direct conv for one input channel per group: each output plane (image, channel) is
 /// one parallel task that adds every kernel tap's contribution row by row.
-fn depthwise<T: Scalar>(
+pub(super) fn depthwise<T: Scalar>(
     x: &[T],
     w: &[T],
     bias: Option<&[T]>,

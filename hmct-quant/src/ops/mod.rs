@@ -12,6 +12,7 @@ pub(crate) mod arrays;
 pub(crate) mod broadcast;
 pub(crate) mod conv;
 pub(crate) mod conv_direct;
+pub(crate) mod conv_dw;
 pub(crate) mod elementwise;
 pub(crate) mod fastmath;
 pub(crate) mod gemm_util;

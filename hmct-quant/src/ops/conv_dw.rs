@@ -1,0 +1,441 @@
+//! Depthwise 2-D convs (one input and one output channel per group, stride 1 or 2)
+//! with AVX-512, sixteen channels at a time.
+//!
+//! Per channel plane (the generic path in [`super::conv`]), a vector holds sixteen
+//! positions of one row: on the 7x7 and 14x14 planes of mobile nets most of each
+//! vector, and most of the time, went to row ends, the padded copy and the copy out
+//! (`kernel_table`: 8-29% of the FMA peak). Here a vector holds one position of
+//! sixteen channels, as in onnxruntime's NCHWc layout: a task transposes a band of
+//! rows of sixteen channel planes into one buffer, position-major with the zero
+//! padding in place (split into four phase planes for stride 2, so that consecutive
+//! outputs read consecutive positions), sums tiles of sixteen outputs in registers,
+//! transposes each tile back and stores every channel's run of outputs.
+//!
+//! Each output is `start + Σ_taps w·x` over all taps in (row, column) order, padding
+//! taps included as `w·0`, with fused multiply-adds: the sums of the per-plane path
+//! for these geometries, bit for bit.
+
+use rayon::prelude::*;
+
+use super::window::Win3;
+
+/// Channels per block: one vector of f32.
+const LANES: usize = 16;
+/// Flat positions a task sums at most (its buffer: 64 KiB plus the halo rows), which
+/// sets how many output rows a task covers. Fixed, so tasks never depend on threads.
+const BAND_POSITIONS: usize = 1024;
+/// Multiply-adds below which a conv runs on the calling thread.
+const SERIAL_WORK: usize = 1 << 18;
+
+/// Whether [`conv`] runs this geometry here: the CPU has AVX-512 (and the conv ISA is
+/// not forced to AVX2), the conv is 2-D with stride 1 or 2 and no negative padding,
+/// and it runs faster here than per plane.
+///
+/// The two transposes cost about as much as a 3x3 kernel's arithmetic, which pays on
+/// small planes, whose rows fill vectors badly per plane, and on 5x5 and larger
+/// kernels. `kernel_table` (least of 20 runs, ms, per plane -> here): 3x3 at 7x7
+/// 0.10 -> 0.053, 5x5 at 14x14 0.20-0.25 -> 0.17, 5x5 at 28x28 0.22-0.26 -> 0.20,
+/// 7x7 at 56x56 0.60-0.70 -> 0.52, 3x3 stride 2 to 28x28 0.14-0.19 -> 0.155; but 3x3
+/// at 56x56 0.26-0.33 -> 0.30, 3x3 stride 2 to 56x56 0.29-0.37 -> 0.43.
+pub(crate) fn fits(g: &Win3) -> bool {
+    super::packed_gemm::available()
+        && g.input[0] == 1
+        && g.out[0] == 1
+        && g.kernel[0] == 1
+        && (g.stride == [1, 1, 1] || g.stride == [1, 2, 2])
+        && g.pad.iter().all(|&p| p >= 0)
+        && (g.out_vol() <= 28 * 28 || g.k_vol() >= 25)
+}
+
+/// The band buffer's geometry: phase planes of `rows × width` positions.
+struct Bands {
+    /// Stride (1 or 2): phase planes per axis.
+    s: usize,
+    /// Output rows per band.
+    rows_per_band: usize,
+    /// Positions per phase-plane row (the padded width divided by the stride).
+    width: usize,
+    /// Each tap's offset in positions from a flat output's first tap.
+    taps: Vec<usize>,
+}
+
+impl Bands {
+    fn new(g: &Win3) -> Bands {
+        let s = g.stride[2];
+        let [_, _, ow] = g.out;
+        let [_, kh, kw] = g.kernel;
+        let [_, dh, dw] = g.dil;
+        let ew = (ow - 1) * s + (kw - 1) * dw + 1;
+        let width = ew.div_ceil(s);
+        // As many output rows as keep the buffer within `BAND_POSITIONS`.
+        let mut rows_per_band = 1;
+        while rows_per_band < g.out[1]
+            && s * s * Self::phase_rows(g, s, rows_per_band + 1) * width <= BAND_POSITIONS
+        {
+            rows_per_band += 1;
+        }
+        let rows = Self::phase_rows(g, s, rows_per_band);
+        let taps = (0..kh)
+            .flat_map(|a| (0..kw).map(move |b| (a * dh, b * dw)))
+            .map(|(a, b)| ((a % s * s + b % s) * rows + a / s) * width + b / s)
+            .collect();
+        Bands {
+            s,
+            rows_per_band,
+            width,
+            taps,
+        }
+    }
+
+    /// Rows of each phase plane for a band of `out_rows` output rows (every band's
+    /// buffer has the first band's layout; shorter last bands leave rows unused).
+    fn phase_rows(g: &Win3, s: usize, out_rows: usize) -> usize {
+        ((out_rows - 1) * s + (g.kernel[1] - 1) * g.dil[1] + 1).div_ceil(s)
+    }
+
+    fn rows(&self, g: &Win3) -> usize {
+        Self::phase_rows(g, self.s, self.rows_per_band)
+    }
+
+    /// The largest tap offset (taps of a later phase plane lie further on).
+    fn reach(&self) -> usize {
+        self.taps.iter().copied().max().unwrap_or(0)
+    }
+
+    /// Positions in a band buffer, with slack for the last tile's extra lanes.
+    fn len(&self, g: &Win3) -> usize {
+        self.s * self.s * self.rows(g) * self.width + self.reach() + 2 * LANES
+    }
+}
+
+/// `y = conv(x, w) + bias` for f32 NCHW data of `n` images of `c` channels, one per
+/// group, with weights `[c, 1, kh, kw]`. Tasks are (image, block of sixteen channels,
+/// band of output rows), fixed by the shapes. The caller checks [`fits`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn conv(
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    n: usize,
+    c: usize,
+    g: &Win3,
+) {
+    assert!(fits(g));
+    let (in_vol, out_vol, k_vol) = (g.in_vol(), g.out_vol(), g.k_vol());
+    assert!(x.len() >= n * c * in_vol && y.len() >= n * c * out_vol && w.len() >= c * k_vol);
+    let bands = Bands::new(g);
+    let blocks = c.div_ceil(LANES);
+    // Weights tap-major and bias per block, sixteen channels each (zero past `c`).
+    let mut wb = vec![0.0f32; blocks * k_vol * LANES];
+    let mut bb = vec![0.0f32; blocks * LANES];
+    for ch in 0..c {
+        let (blk, lane) = (ch / LANES, ch % LANES);
+        for t in 0..k_vol {
+            wb[(blk * k_vol + t) * LANES + lane] = w[ch * k_vol + t];
+        }
+        bb[ch] = bias.map_or(0.0, |b| b[ch]);
+    }
+    let n_bands = g.out[1].div_ceil(bands.rows_per_band);
+    let tasks = n * blocks * n_bands;
+    let yp = super::gemm_util::SendPtr(y.as_mut_ptr());
+    let task = |buf: &mut Vec<f32>, t: usize| {
+        let band = t % n_bands;
+        let blk = t / n_bands % blocks;
+        let b = t / n_bands / blocks;
+        let c0 = blk * LANES;
+        let nch = LANES.min(c - c0);
+        // The buffer is zeroed once per conv: padding columns stay zero (they are
+        // padding in every band), `fill` zeroes the padding rows of each band, and
+        // positions past the band's rows are read only for outputs that are dropped.
+        buf.resize((bands.len(g) + 1) * LANES, 0.0);
+        // Positions start on cache lines: a vector split over two lines costs two
+        // accesses.
+        let skip = buf.as_ptr().align_offset(64).min(LANES);
+        let buf = &mut buf[skip..][..bands.len(g) * LANES];
+        let o0 = band * bands.rows_per_band;
+        let o1 = (o0 + bands.rows_per_band).min(g.out[1]);
+        let xb = &x[(b * c + c0) * in_vol..][..nch * in_vol];
+        let yp = &yp;
+        // SAFETY: AVX-512 was checked by `fits`; the task reads channels `c0 ..
+        // c0 + nch` of image `b` (inside `x`, checked above) and writes output rows
+        // `o0 .. o1` of those channels, which no other task writes, inside `y`.
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            avx512::fill(xb, nch, g, &bands, o0, o1, buf);
+            let yb = yp.0.add((b * c + c0) * out_vol);
+            let wt = &wb[blk * k_vol * LANES..][..k_vol * LANES];
+            let start = &bb[c0..c0 + LANES];
+            avx512::sum(buf, wt, start, &bands, g, o0, o1, nch, yb, out_vol);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (xb, yp, &wb, &bb);
+            unreachable!("`fits` holds only with AVX-512");
+        }
+    };
+    if tasks == 1 || n * c * out_vol * k_vol < SERIAL_WORK || !crate::par::enabled() {
+        let mut buf = Vec::new();
+        (0..tasks).for_each(|t| task(&mut buf, t));
+    } else {
+        (0..tasks).into_par_iter().for_each_init(Vec::new, task);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::{Bands, LANES, Win3};
+
+    /// Lanes `i < n` set, for `n` in `0..=16`.
+    #[inline]
+    fn mask(n: usize) -> __mmask16 {
+        ((1u32 << n.min(16)) - 1) as __mmask16
+    }
+
+    /// Transposes 16 vectors: lane `j` of vector `i` goes to lane `i` of vector `j`.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn transpose(r: &mut [__m512; 16]) {
+        let mut t = [_mm512_setzero_ps(); 16];
+        for i in 0..8 {
+            t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+            t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+        }
+        // Lane group L of u[4i + k]: column 4L + k of rows 4i .. 4i + 4.
+        let mut u = [_mm512_setzero_ps(); 16];
+        for i in 0..4 {
+            u[4 * i] = _mm512_shuffle_ps::<0x44>(t[4 * i], t[4 * i + 2]);
+            u[4 * i + 1] = _mm512_shuffle_ps::<0xEE>(t[4 * i], t[4 * i + 2]);
+            u[4 * i + 2] = _mm512_shuffle_ps::<0x44>(t[4 * i + 1], t[4 * i + 3]);
+            u[4 * i + 3] = _mm512_shuffle_ps::<0xEE>(t[4 * i + 1], t[4 * i + 3]);
+        }
+        for k in 0..4 {
+            let v0 = _mm512_shuffle_f32x4::<0x88>(u[k], u[4 + k]);
+            let v1 = _mm512_shuffle_f32x4::<0xDD>(u[k], u[4 + k]);
+            let v2 = _mm512_shuffle_f32x4::<0x88>(u[8 + k], u[12 + k]);
+            let v3 = _mm512_shuffle_f32x4::<0xDD>(u[8 + k], u[12 + k]);
+            r[k] = _mm512_shuffle_f32x4::<0x88>(v0, v2);
+            r[k + 8] = _mm512_shuffle_f32x4::<0xDD>(v0, v2);
+            r[k + 4] = _mm512_shuffle_f32x4::<0x88>(v1, v3);
+            r[k + 12] = _mm512_shuffle_f32x4::<0xDD>(v1, v3);
+        }
+    }
+
+    /// Writes the padded input rows that output rows `o0 .. o1` read into `buf` (rows
+    /// in the padding as zeros; padding columns are left as the caller zeroed them):
+    /// padded row `r`, column `p` of channel `l` goes to phase plane
+    /// `(r % s, p % s)`, row `(r - o0·s) / s`, column `p / s`, lane `l` (zero for
+    /// `l >= nch`).
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; `xb` holds `nch <= 16` channel planes of `g.input`.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn fill(
+        xb: &[f32],
+        nch: usize,
+        g: &Win3,
+        bands: &Bands,
+        o0: usize,
+        o1: usize,
+        buf: &mut [f32],
+    ) {
+        let [_, ih, iw] = g.input;
+        let (ph, pw) = (g.pad[1] as usize, g.pad[2] as usize);
+        let s = bands.s;
+        let (rows, width) = (bands.rows(g), bands.width);
+        let ew = width * s;
+        let r0 = o0 * s;
+        let r1 = (o1 - 1) * s + (g.kernel[1] - 1) * g.dil[1] + 1;
+        let in_vol = g.input[1] * iw;
+        // Input columns that land inside the padded width.
+        let cols = iw.min(ew.saturating_sub(pw));
+        let zero = _mm512_setzero_ps();
+        for r in r0..r1 {
+            let rr = r - r0;
+            // Position `p` of this row in `buf` (`s` is 1 or 2: shifts and masks, where
+            // divisions took most of the time).
+            let (rphase, rrow) = (rr & (s - 1), rr >> (s - 1));
+            let at =
+                |p: usize| ((rphase * s + (p & (s - 1))) * rows + rrow) * width + (p >> (s - 1));
+            // SAFETY (stores below): `rr / s < rows` and `p / s < width` for `p < ew`,
+            // inside `buf`.
+            let put = |buf: &mut [f32], p: usize, v: __m512| unsafe {
+                _mm512_storeu_ps(buf.as_mut_ptr().add(at(p) * LANES), v)
+            };
+            let Some(h) = r.checked_sub(ph).filter(|&h| h < ih) else {
+                for p in 0..ew {
+                    put(buf, p, zero);
+                }
+                continue;
+            };
+            for w0 in (0..cols).step_by(LANES) {
+                let len = LANES.min(cols - w0);
+                let mut v = [zero; 16];
+                for (l, v) in v.iter_mut().enumerate().take(nch) {
+                    // SAFETY: `len` values of row `h` of channel `l`, from column `w0`.
+                    *v = unsafe {
+                        _mm512_maskz_loadu_ps(mask(len), xb.as_ptr().add(l * in_vol + h * iw + w0))
+                    };
+                }
+                // SAFETY: AVX-512F, as this function's caller vouched.
+                unsafe { transpose(&mut v) };
+                for (j, &v) in v.iter().enumerate().take(len) {
+                    put(buf, w0 + j + pw, v);
+                }
+            }
+        }
+    }
+
+    /// Sums output rows `o0 .. o1` from the band buffer and stores channel `l < nch`'s
+    /// outputs at `y + l·out_vol`.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; `buf` was filled by [`fill`] for this band; `y` points to
+    /// `nch` output planes of `out_vol` values, whose rows `o0 .. o1` nothing else
+    /// accesses during the call.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn sum(
+        buf: &[f32],
+        wt: &[f32],
+        start: &[f32],
+        bands: &Bands,
+        g: &Win3,
+        o0: usize,
+        o1: usize,
+        nch: usize,
+        y: *mut f32,
+        out_vol: usize,
+    ) {
+        let ow = g.out[2];
+        let width = bands.width;
+        // Flat positions: output (o, j) is position (o - o0)·width + j; those with
+        // j >= ow are summed and dropped.
+        let nq = (o1 - o0 - 1) * width + ow;
+        assert!((nq + LANES + bands.reach()) * LANES <= buf.len());
+        assert!(wt.len() == bands.taps.len() * LANES && start.len() == LANES);
+        // SAFETY (whole body): reads of `buf` stay below the bound asserted above; the
+        // stores write kept lanes of output rows `o0 .. o1` of channels below `nch`.
+        unsafe {
+            let bias = _mm512_loadu_ps(start.as_ptr());
+            // Band row and column of position `q0` (kept without a division per tile).
+            let (mut row, mut col) = (0, 0);
+            for q0 in (0..nq).step_by(LANES) {
+                let mut acc = [bias; 16];
+                for (t, &off) in bands.taps.iter().enumerate() {
+                    let wv = _mm512_loadu_ps(wt.as_ptr().add(t * LANES));
+                    let p = buf.as_ptr().add((q0 + off) * LANES);
+                    for (j, a) in acc.iter_mut().enumerate() {
+                        *a = _mm512_fmadd_ps(wv, _mm512_loadu_ps(p.add(j * LANES)), *a);
+                    }
+                }
+                transpose(&mut acc);
+                // Positions kept: inside the band and the output width. Kept positions
+                // are consecutive outputs, so each channel's are one run.
+                let mut keep: __mmask16 = 0;
+                let mut first = None;
+                let (mut r, mut c) = (row, col);
+                for j in 0..LANES.min(nq - q0) {
+                    if c < ow {
+                        keep |= 1 << j;
+                        first.get_or_insert((o0 + r) * ow + c);
+                    }
+                    c += 1;
+                    if c == width {
+                        (r, c) = (r + 1, 0);
+                    }
+                }
+                (row, col) = (r, c);
+                let Some(first) = first else { continue };
+                let kept = mask(keep.count_ones() as usize);
+                for (l, &a) in acc.iter().enumerate().take(nch) {
+                    let dst = y.add(l * out_vol + first);
+                    _mm512_mask_storeu_ps(dst, kept, _mm512_maskz_compress_ps(keep, a));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 2-D window: input rows and columns, kernel, stride, dilation, pads (top,
+    /// left, bottom, right).
+    fn win(h: usize, w: usize, k: [usize; 2], s: usize, d: usize, p: [usize; 4]) -> Win3 {
+        let out = |i: usize, a: usize| (i + p[a] + p[a + 2] - (k[a] - 1) * d - 1) / s + 1;
+        Win3 {
+            input: [1, h, w],
+            out: [1, out(h, 0), out(w, 1)],
+            kernel: [1, k[0], k[1]],
+            stride: [1, s, s],
+            dil: [1, d, d],
+            pad: [0, p[0] as isize, p[1] as isize],
+        }
+    }
+
+    /// Same bits as the per-plane path, on channel counts with partial blocks, several
+    /// bands of rows (stride 1 and 2), dilation, uneven padding and batches.
+    #[test]
+    fn same_bits_as_the_per_plane_path() {
+        if !super::super::packed_gemm::available() {
+            return;
+        }
+        let cases = [
+            // (images, channels, window)
+            (2, 37, win(7, 7, [3, 3], 1, 1, [1; 4])),
+            (1, 20, win(14, 14, [5, 5], 2, 1, [2; 4])),
+            (1, 17, win(30, 40, [7, 7], 1, 1, [3; 4])),
+            (1, 16, win(9, 11, [3, 3], 2, 2, [2, 1, 0, 2])),
+            (2, 5, win(60, 60, [5, 5], 2, 1, [2; 4])),
+            (1, 33, win(28, 28, [3, 3], 1, 1, [0, 1, 1, 0])),
+            (1, 3, win(12, 25, [1, 5], 1, 1, [0, 2, 0, 2])),
+        ];
+        let values = super::super::conv_direct::tests::values;
+        for (i, &(n, c, g)) in cases.iter().enumerate() {
+            assert!(fits(&g), "case {i} should run here");
+            let x = values(n * c * g.in_vol(), 3 * i as u64);
+            let w = values(c * g.k_vol(), 3 * i as u64 + 1);
+            let bias = values(c, 3 * i as u64 + 2);
+            for b in [None, Some(&bias[..])] {
+                let mut want = vec![0.0f32; n * c * g.out_vol()];
+                super::super::conv::depthwise(&x, &w, b, &mut want, &g, c, 1);
+                let mut got = vec![f32::NAN; want.len()];
+                conv(&x, &w, b, &mut got, n, c, &g);
+                for (j, (a, e)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(a.to_bits(), e.to_bits(), "case {i}, output {j}: {a} vs {e}");
+                }
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn transpose_moves_lane_j_of_vector_i_to_lane_i_of_vector_j() {
+        use std::arch::x86_64::*;
+        if !std::arch::is_x86_feature_detected!("avx512f") {
+            return;
+        }
+        let m: Vec<f32> = (0..256).map(|v| v as f32).collect();
+        // SAFETY: AVX-512F was checked; loads and stores of 16 values each.
+        unsafe {
+            let mut r = [_mm512_setzero_ps(); 16];
+            for (i, r) in r.iter_mut().enumerate() {
+                *r = _mm512_loadu_ps(m.as_ptr().add(16 * i));
+            }
+            super::avx512::transpose(&mut r);
+            let mut out = vec![0.0f32; 256];
+            for (i, r) in r.iter().enumerate() {
+                _mm512_storeu_ps(out.as_mut_ptr().add(16 * i), *r);
+            }
+            for i in 0..16 {
+                for j in 0..16 {
+                    assert_eq!(out[16 * j + i], m[16 * i + j], "({i}, {j})");
+                }
+            }
+        }
+    }
+}
