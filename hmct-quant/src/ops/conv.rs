@@ -47,6 +47,8 @@ pub(crate) struct WeightCache {
     /// time, and keeps alive with the kernel), if the weight is a constant.
     addr: Option<usize>,
     packed: std::sync::OnceLock<Vec<super::packed_gemm::PackedA>>,
+    /// The weights transposed for [`super::pointwise_small`].
+    transposed: std::sync::OnceLock<Vec<f32>>,
     /// The weights' taps `(rows, columns)` of the bands of a padding-heavy conv
     /// ([`padding_bands`]), copied out once.
     band_taps: BandTaps,
@@ -348,6 +350,19 @@ pub(crate) fn conv_nd<T: Scalar>(
                     }
                 };
                 super::packed_gemm::conv(packed, xf, bf, yf, n, c_f32, m, group, &g_f32);
+            } else if super::pointwise_small::fits(&g_f32, m / group, c_f32 / group) {
+                let pack = || super::pointwise_small::pack_weights(wf, m, group, kdim);
+                let fresh;
+                let packed = match cache {
+                    Some(c) if c.addr == Some(wf.as_ptr() as usize) => {
+                        c.transposed.get_or_init(pack)
+                    }
+                    _ => {
+                        fresh = pack();
+                        &fresh
+                    }
+                };
+                super::pointwise_small::conv(packed, xf, bf, yf, n, c_f32, m, group, &g_f32);
             } else {
                 super::conv_direct::conv(isa, xf, wf, bf, yf, n, c_f32, m, group, &g_f32);
             }

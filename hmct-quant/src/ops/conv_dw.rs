@@ -182,6 +182,11 @@ pub(crate) fn conv(
     }
 }
 
+/// The 16x16 transpose of vectors (lane `j` of vector `i` to lane `i` of vector `j`),
+/// which the pointwise kernel for small planes uses too.
+#[cfg(target_arch = "x86_64")]
+pub(crate) use avx512::transpose as transpose16;
+
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use std::arch::x86_64::*;
@@ -197,7 +202,7 @@ mod avx512 {
     /// Transposes 16 vectors: lane `j` of vector `i` goes to lane `i` of vector `j`.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn transpose(r: &mut [__m512; 16]) {
+    pub(crate) unsafe fn transpose(r: &mut [__m512; 16]) {
         let mut t = [_mm512_setzero_ps(); 16];
         for i in 0..8 {
             t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);

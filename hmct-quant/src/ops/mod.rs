@@ -21,6 +21,7 @@ pub(crate) mod misc;
 pub(crate) mod norm;
 pub(crate) mod num;
 pub(crate) mod packed_gemm;
+pub(crate) mod pointwise_small;
 pub(crate) mod pool;
 pub(crate) mod quantize;
 pub(crate) mod reduce;
