@@ -339,6 +339,7 @@ pub(crate) fn conv_nd<T: Scalar>(
         if let Some(yf) = f32_slice_mut(&mut y) {
             if super::packed_gemm::conv_prefers(&g_f32, m / group, kdim)
                 && super::packed_gemm::available()
+                && !super::pointwise_small::fits(&g_f32, m / group, c_f32 / group)
             {
                 let pack = || super::packed_gemm::pack_conv_weights(wf, m, group, kdim);
                 let fresh;

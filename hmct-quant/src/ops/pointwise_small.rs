@@ -3,10 +3,11 @@
 //!
 //! The other conv kernels put positions in the lanes: a 7x7 plane's 49 positions fill
 //! 64 lanes (a 32-wide tile and a 17-wide tail), and ResNet-50's 2048->512 at 7x7 ran
-//! at half the FMA peak. Here a register tile is 12 positions × 32 output channels:
-//! per input channel, two vectors of transposed weights (packed once per weight) and
-//! twelve broadcast inputs, 24 multiply-adds. Each finished tile is transposed back
-//! and stored as runs of twelve positions per channel.
+//! at two thirds of the FMA peak; the packed GEMM also copies its input into panels.
+//! Here a register tile is 12 positions × 32 output channels: per input channel, two
+//! vectors of transposed weights (packed once per weight) and twelve inputs broadcast
+//! from where they lie, 24 multiply-adds. Each finished tile is transposed back and
+//! stored as runs of twelve positions per channel.
 //!
 //! Each output is `bias + Σ_c w·x` summed over input channels in order with fused
 //! multiply-adds: the sums of the other conv kernels, bit for bit.
@@ -21,14 +22,27 @@ const PR: usize = 12;
 const CR: usize = 32;
 /// Multiply-adds below which a conv runs on the calling thread.
 const SERIAL_WORK: usize = 1 << 20;
+/// Positions per task (whole tiles), so that large planes with few output channels
+/// still split into tasks. Fixed, so tasks never depend on threads.
+const TASK_POSITIONS: usize = 32 * PR;
 
 /// Whether [`conv`] runs this conv here: AVX-512 (and the conv ISA is not forced to
-/// AVX2), a pointwise conv (1x1, stride 1, no pads) on a plane of fewer than 128
-/// positions, whose position tiles waste lanes, with 32 or more output channels per
-/// group and 16 or more input channels.
+/// AVX2), a pointwise conv (1x1, stride 1, no pads) with 32 or more output channels
+/// per group and 16 or more input channels, on a plane of fewer than 1024 positions or
+/// with 128 or more input channels.
+///
+/// `kernel_table` (least of 20 runs, % of the FMA peak, packed GEMM -> here), ResNet-50:
+/// 2048->512 at 7x7 65 -> 95, 1024->256 at 14x14 72 -> 99, 512->128 at 28x28 82 -> 97,
+/// 256->512 stride 2 (gathered to 28x28) 77 -> 88, 256->64 at 56x56 85 -> 95; but
+/// 64->256 at 56x56 89 -> 85 (with few input channels, a tile's transposes and stores
+/// weigh more than its sums).
 pub(crate) fn fits(g: &Win3, mg: usize, cg: usize) -> bool {
     let pointwise = g.k_vol() == 1 && g.stride == [1; 3] && g.pad == [0; 3] && g.out == g.input;
-    super::packed_gemm::available() && pointwise && g.out_vol() < 128 && mg >= CR && cg >= 16
+    super::packed_gemm::available()
+        && pointwise
+        && mg >= CR
+        && cg >= 16
+        && (g.out_vol() < 1024 || cg >= 128)
 }
 
 /// Weights `[m, cg]` transposed per block of [`CR`] output channels of a group into
@@ -51,8 +65,8 @@ pub(crate) fn pack_weights(w: &[f32], m: usize, group: usize, cg: usize) -> Vec<
 }
 
 /// `y = conv(x, w) + bias` for f32 NCHW data, with `wt` from [`pack_weights`]; `y` is
-/// written in full. Tasks are (image, group, block of [`CR`] output channels). The
-/// caller checks [`fits`].
+/// written in full. Tasks are (image, group, block of [`CR`] output channels, chunk of
+/// [`TASK_POSITIONS`] positions). The caller checks [`fits`].
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn conv(
     wt: &[f32],
@@ -71,11 +85,14 @@ pub(crate) fn conv(
     let blocks = mg.div_ceil(CR);
     assert!(wt.len() == group * blocks * cg * CR);
     assert!(x.len() >= n * c * plane && y.len() >= n * m * plane);
-    let tasks = n * group * blocks;
+    let chunks = plane.div_ceil(TASK_POSITIONS);
+    let tasks = n * group * blocks * chunks;
     let yp = SendPtr(y.as_mut_ptr());
     let task = |t: usize| {
-        let blk = t % blocks;
-        let (b, gi) = (t / blocks / group, t / blocks % group);
+        let chunk = t % chunks;
+        let blk = t / chunks % blocks;
+        let (b, gi) = (t / chunks / blocks / group, t / chunks / blocks % group);
+        let positions = chunk * TASK_POSITIONS..((chunk + 1) * TASK_POSITIONS).min(plane);
         let m0 = blk * CR;
         let chans = CR.min(mg - m0);
         let xg = &x[(b * c + gi * cg) * plane..][..cg * plane];
@@ -85,20 +102,20 @@ pub(crate) fn conv(
             start[..chans].copy_from_slice(&bias[gi * mg + m0..][..chans]);
         }
         let yp = &yp;
-        // SAFETY: AVX-512 was checked by `fits`; the task writes channels
-        // `gi·mg + m0 ..` (`chans` of them) of image `b`, which no other task writes,
-        // inside `y` (checked above); `wg` holds the block's `cg` rows of `CR`.
+        // SAFETY: AVX-512 was checked by `fits`; the task writes `positions` of
+        // channels `gi·mg + m0 ..` (`chans` of them) of image `b`, which no other task
+        // writes, inside `y` (checked above); `wg` holds the block's `cg` rows of `CR`.
         #[cfg(target_arch = "x86_64")]
         unsafe {
             let yb = yp.0.add((b * m + gi * mg + m0) * plane);
-            for p0 in (0..plane).step_by(PR) {
-                let rows = PR.min(plane - p0);
+            for p0 in positions.clone().step_by(PR) {
+                let rows = PR.min(positions.end - p0);
                 avx512::tile(xg, plane, p0, rows, cg, wg, &start, yb, chans);
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
-            let _ = (xg, wg, start, yp);
+            let _ = (xg, wg, start, yp, positions);
             unreachable!("`fits` holds only with AVX-512");
         }
     };
@@ -212,6 +229,8 @@ mod tests {
             (1, 96, 232, 1, 7, 7),
             (1, 32, 96, 2, 9, 14),
             (2, 17, 33, 1, 1, 12),
+            // Several chunks of positions, the last one partial.
+            (1, 128, 40, 1, 30, 31),
         ];
         for (i, &(n, c, m, group, h, w)) in cases.iter().enumerate() {
             let g = Win3 {
