@@ -47,7 +47,7 @@ pub(crate) struct WeightCache {
     /// time, and keeps alive with the kernel), if the weight is a constant.
     addr: Option<usize>,
     packed: std::sync::OnceLock<Vec<super::packed_gemm::PackedA>>,
-    /// The weights transposed for [`super::pointwise_small`].
+    /// The weights transposed for [`super::channel_lanes`].
     transposed: std::sync::OnceLock<Vec<f32>>,
     /// The weights' taps `(rows, columns)` of the bands of a padding-heavy conv
     /// ([`padding_bands`]), copied out once.
@@ -339,7 +339,7 @@ pub(crate) fn conv_nd<T: Scalar>(
         if let Some(yf) = f32_slice_mut(&mut y) {
             if super::packed_gemm::conv_prefers(&g_f32, m / group, kdim)
                 && super::packed_gemm::available()
-                && !super::pointwise_small::fits(&g_f32, m / group, c_f32 / group)
+                && !super::channel_lanes::fits(&g_f32, m / group, c_f32 / group)
             {
                 let pack = || super::packed_gemm::pack_conv_weights(wf, m, group, kdim);
                 let fresh;
@@ -351,8 +351,10 @@ pub(crate) fn conv_nd<T: Scalar>(
                     }
                 };
                 super::packed_gemm::conv(packed, xf, bf, yf, n, c_f32, m, group, &g_f32);
-            } else if super::pointwise_small::fits(&g_f32, m / group, c_f32 / group) {
-                let pack = || super::pointwise_small::pack_weights(wf, m, group, kdim);
+            } else if super::channel_lanes::fits(&g_f32, m / group, c_f32 / group)
+                || super::channel_lanes::fits_spatial(&g_f32, m / group, c_f32 / group)
+            {
+                let pack = || super::channel_lanes::pack_weights(wf, m, group, kdim);
                 let fresh;
                 let packed = match cache {
                     Some(c) if c.addr == Some(wf.as_ptr() as usize) => {
@@ -363,7 +365,7 @@ pub(crate) fn conv_nd<T: Scalar>(
                         &fresh
                     }
                 };
-                super::pointwise_small::conv(packed, xf, bf, yf, n, c_f32, m, group, &g_f32);
+                super::channel_lanes::conv(packed, xf, bf, yf, n, c_f32, m, group, &g_f32);
             } else {
                 super::conv_direct::conv(isa, xf, wf, bf, yf, n, c_f32, m, group, &g_f32);
             }

@@ -10,6 +10,7 @@ pub mod attrs;
 
 pub(crate) mod arrays;
 pub(crate) mod broadcast;
+pub(crate) mod channel_lanes;
 pub(crate) mod conv;
 pub(crate) mod conv_direct;
 pub(crate) mod conv_dw;
@@ -21,7 +22,6 @@ pub(crate) mod misc;
 pub(crate) mod norm;
 pub(crate) mod num;
 pub(crate) mod packed_gemm;
-pub(crate) mod pointwise_small;
 pub(crate) mod pool;
 pub(crate) mod quantize;
 pub(crate) mod reduce;

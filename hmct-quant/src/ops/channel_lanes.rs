@@ -1,0 +1,417 @@
+//! f32 convs of stride 1 with AVX-512, output channels in the vector lanes: pointwise
+//! convs (on small planes, or with many input channels) and 2-D convs with larger
+//! kernels.
+//!
+//! The other conv kernels put positions in the lanes: a 7x7 plane's 49 positions fill
+//! 64 lanes (a 32-wide tile and a 17-wide tail), and ResNet-50's 2048->512 at 7x7 ran
+//! at two thirds of the FMA peak; the packed GEMM also copies its input into panels.
+//! Here a register tile is 12 positions × 32 output channels: per weight row (input
+//! channel and tap), two vectors of transposed weights (packed once per weight) and
+//! twelve inputs broadcast from where they lie, 24 multiply-adds. Each finished tile
+//! is transposed back and stored as runs of positions per channel.
+//!
+//! Each output is `bias + Σ_c Σ_taps w·x` summed in that order with fused
+//! multiply-adds, padding taps included as `w·0`: the sums of the direct conv, bit for
+//! bit.
+
+use rayon::prelude::*;
+
+use super::gemm_util::SendPtr;
+use super::window::Win3;
+
+/// Positions and output channels of a register tile.
+const PR: usize = 12;
+const CR: usize = 32;
+/// Multiply-adds below which a conv runs on the calling thread.
+const SERIAL_WORK: usize = 1 << 20;
+/// Positions per task (whole tiles), so that large planes with few output channels
+/// still split into tasks. Fixed, so tasks never depend on threads.
+const TASK_POSITIONS: usize = 32 * PR;
+
+/// Whether [`conv`] runs this conv here: AVX-512 (and the conv ISA is not forced to
+/// AVX2), a pointwise conv (1x1, stride 1, no pads) with 32 or more output channels
+/// per group and 16 or more input channels, on a plane of fewer than 1024 positions or
+/// with 128 or more input channels.
+///
+/// `kernel_table` (least of 20 runs, % of the FMA peak, packed GEMM -> here), ResNet-50:
+/// 2048->512 at 7x7 65 -> 95, 1024->256 at 14x14 72 -> 99, 512->128 at 28x28 82 -> 97,
+/// 256->512 stride 2 (gathered to 28x28) 77 -> 88, 256->64 at 56x56 85 -> 95; but
+/// 64->256 at 56x56 89 -> 85 (with few input channels, a tile's transposes and stores
+/// weigh more than its sums).
+pub(crate) fn fits(g: &Win3, mg: usize, cg: usize) -> bool {
+    let pointwise = g.k_vol() == 1 && g.stride == [1; 3] && g.pad == [0; 3] && g.out == g.input;
+    super::packed_gemm::available()
+        && pointwise
+        && mg >= CR
+        && cg >= 16
+        && (g.out_vol() < 1024 || cg >= 128)
+}
+
+/// Whether [`conv`] runs this conv here: AVX-512, a 2-D conv of stride 1 with a
+/// kernel larger than 1x1 and no negative padding, with 32 or more output channels per
+/// group.
+///
+/// `kernel_table` (% of the FMA peak, direct conv -> here): ResNet-50's 3x3 at 56x56
+/// 79 -> 92, 28x28 81 -> 92, 14x14 79 -> 87, 7x7 65 -> 76; RegNet's 3x3 with 64
+/// channels per group 79 -> 84; DeepLab's dilated 3x3 79 -> 85; YOLO's 32->32 at 80x80
+/// 88 -> 90.
+pub(crate) fn fits_spatial(g: &Win3, mg: usize, cg: usize) -> bool {
+    super::packed_gemm::available()
+        && g.input[0] == 1
+        && g.out[0] == 1
+        && g.kernel[0] == 1
+        && g.k_vol() > 1
+        && g.stride == [1; 3]
+        && g.pad.iter().all(|&p| p >= 0)
+        && mg >= CR
+        && cg * g.k_vol() >= 16
+}
+
+/// Weights `[m, cg]` transposed per block of [`CR`] output channels of a group into
+/// `[cg, CR]` panels (zeros in the padding channels), each read in order by its
+/// tiles. (Transposed whole, `[cg, mg]`, a panel's rows lay a power of two apart and
+/// shared a few cache sets: ResNet-50's 2048->512 at 7x7 ran at half speed.)
+pub(crate) fn pack_weights(w: &[f32], m: usize, group: usize, cg: usize) -> Vec<f32> {
+    let mg = m / group;
+    let blocks = mg.div_ceil(CR);
+    let mut out = vec![0.0; group * blocks * cg * CR];
+    for gi in 0..group {
+        for o in 0..mg {
+            let panel = (gi * blocks + o / CR) * cg;
+            for c in 0..cg {
+                out[(panel + c) * CR + o % CR] = w[(gi * mg + o) * cg + c];
+            }
+        }
+    }
+    out
+}
+
+/// Where the tiles of a conv read and write, per image and group.
+struct Lines {
+    /// Per weight row (input channel, then tap), the offset in the input of the
+    /// value the first position reads.
+    rows: Vec<usize>,
+    /// Input values per image and group.
+    in_len: usize,
+    /// Positions summed: lines of `width`, of which the first `kept` are outputs
+    /// (the others read across the padding into the next row and are dropped).
+    positions: usize,
+    width: usize,
+    kept: usize,
+}
+
+/// `y = conv(x, w) + bias` for f32 NCHW data of a conv [`fits`] or [`fits_spatial`]
+/// accepts, with `wt` from [`pack_weights`]; `y` is written in full. Tasks are
+/// (image, group, block of [`CR`] output channels, chunk of [`TASK_POSITIONS`]
+/// positions).
+///
+/// A pointwise conv reads its input as is. Others read a zero-padded copy, with
+/// positions over the padded width: output `(h, w)` is position `h·width + w`, and
+/// tap `(a, b)` reads it at `(a·dil, b·dil)` from there.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn conv(
+    wt: &[f32],
+    x: &[f32],
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    n: usize,
+    c: usize,
+    m: usize,
+    group: usize,
+    g: &Win3,
+) {
+    let (cg, mg) = (c / group, m / group);
+    let pointwise = fits(g, mg, cg);
+    assert!(pointwise || fits_spatial(g, mg, cg));
+    let (plane, k_vol) = (g.out_vol(), g.k_vol());
+    let kdim = cg * k_vol;
+    let blocks = mg.div_ceil(CR);
+    assert!(wt.len() == group * blocks * kdim * CR);
+    assert!(x.len() >= n * c * g.in_vol() && y.len() >= n * m * plane);
+    let mut padded = Vec::new();
+    let (xs, lines) = if pointwise {
+        let lines = Lines {
+            rows: (0..cg).map(|ci| ci * plane).collect(),
+            in_len: cg * plane,
+            positions: plane,
+            width: plane,
+            kept: plane,
+        };
+        (x, lines)
+    } else {
+        let (lines, copy) = padded_copy(x, n * c, cg, g);
+        padded = copy;
+        (&padded[..], lines)
+    };
+    let chunks = lines.positions.div_ceil(TASK_POSITIONS);
+    let tasks = n * group * blocks * chunks;
+    let yp = SendPtr(y.as_mut_ptr());
+    let lines = &lines;
+    let task = |t: usize| {
+        let chunk = t % chunks;
+        let blk = t / chunks % blocks;
+        let (b, gi) = (t / chunks / blocks / group, t / chunks / blocks % group);
+        let positions = chunk * TASK_POSITIONS..((chunk + 1) * TASK_POSITIONS).min(lines.positions);
+        let m0 = blk * CR;
+        let chans = CR.min(mg - m0);
+        let xg = &xs[(b * group + gi) * lines.in_len..][..lines.in_len];
+        let wg = &wt[(gi * blocks + blk) * kdim * CR..][..kdim * CR];
+        let mut start = [0.0f32; CR];
+        if let Some(bias) = bias {
+            start[..chans].copy_from_slice(&bias[gi * mg + m0..][..chans]);
+        }
+        let yp = &yp;
+        // Line and column of the tile's first position, kept without a division.
+        let (mut line, mut col) = (positions.start / lines.width, positions.start % lines.width);
+        for q0 in positions.clone().step_by(PR) {
+            let count = PR.min(positions.end - q0);
+            // Positions kept: consecutive outputs, from `first`.
+            let mut keep = 0u16;
+            let mut first = None;
+            for j in 0..count {
+                if col < lines.kept {
+                    keep |= 1 << j;
+                    first.get_or_insert(line * lines.kept + col);
+                }
+                col += 1;
+                if col == lines.width {
+                    (line, col) = (line + 1, 0);
+                }
+            }
+            let Some(first) = first else { continue };
+            // SAFETY: AVX-512 was checked by `fits`/`fits_spatial`; the tile reads
+            // `xg` at each row's offset plus positions below `positions.end` (inside
+            // the copy or input, by construction of `lines`), writes the kept outputs
+            // `first ..` of channels `gi·mg + m0 ..` (`chans` of them) of image `b`,
+            // which no other task writes, inside `y` (checked above); `wg` holds the
+            // block's `kdim` rows of `CR`.
+            #[cfg(target_arch = "x86_64")]
+            unsafe {
+                let yb = yp.0.add((b * m + gi * mg + m0) * plane);
+                let to = avx512::Store {
+                    y: yb,
+                    plane,
+                    chans,
+                    keep,
+                    first,
+                };
+                avx512::tile(xg, &lines.rows, q0, count, wg, &start, to);
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            {
+                let _ = (xg, wg, start, yp, first);
+                unreachable!("`fits` holds only with AVX-512");
+            }
+        }
+    };
+    if tasks == 1 || n * m * plane * kdim < SERIAL_WORK || !crate::par::enabled() {
+        (0..tasks).for_each(task);
+    } else {
+        (0..tasks).into_par_iter().for_each(task);
+    }
+    if !pointwise {
+        crate::buffers::give_vec(padded);
+    }
+}
+
+/// The input of a 2-D conv of stride 1, zero-padded to the extent its outputs read,
+/// for the `planes` channel planes of `x`, and how tiles read it with `cg` channels
+/// per group.
+fn padded_copy(x: &[f32], planes: usize, cg: usize, g: &Win3) -> (Lines, Vec<f32>) {
+    let [_, ih, iw] = g.input;
+    let [_, oh, ow] = g.out;
+    let [_, kh, kw] = g.kernel;
+    let [_, dh, dw] = g.dil;
+    let (ph, pw) = (g.pad[1] as usize, g.pad[2] as usize);
+    let (eh, ew) = (oh + (kh - 1) * dh, ow + (kw - 1) * dw);
+    let in_plane = eh * ew;
+    let mut copy = crate::buffers::take_filled(planes * in_plane, 0.0f32);
+    let (rows_in, cols_in) = (ih.min(eh.saturating_sub(ph)), iw.min(ew.saturating_sub(pw)));
+    for (src, dst) in x.chunks_exact(ih * iw).zip(copy.chunks_exact_mut(in_plane)) {
+        for h in 0..rows_in {
+            dst[(h + ph) * ew + pw..][..cols_in].copy_from_slice(&src[h * iw..][..cols_in]);
+        }
+    }
+    let rows = (0..cg)
+        .flat_map(|ci| {
+            (0..kh).flat_map(move |a| (0..kw).map(move |b| ci * in_plane + a * dh * ew + b * dw))
+        })
+        .collect();
+    let lines = Lines {
+        rows,
+        in_len: cg * in_plane,
+        positions: (oh - 1) * ew + ow,
+        width: ew,
+        kept: ow,
+    };
+    (lines, copy)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::{CR, PR};
+    use crate::ops::conv_dw::transpose16;
+
+    /// Where a tile's outputs go: channel `o` of the block at `y + o·plane`, the
+    /// positions in `keep` packed together from output `first`.
+    pub(super) struct Store {
+        pub y: *mut f32,
+        pub plane: usize,
+        pub chans: usize,
+        pub keep: u16,
+        pub first: usize,
+    }
+
+    /// Positions `q0 .. q0 + count` × the block's output channels: sums over the
+    /// weight rows (row `r` reads `x` at `rows[r] + q`, its weights at `wg[r·CR ..]`),
+    /// starting from `start`, stored as `to` says.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; `x[rows[r] + q]` is readable for every row and position;
+    /// `wg` holds `rows.len()` rows of `CR`; `to.y` points to `to.chans` planes of
+    /// `to.plane` values whose kept outputs nothing else accesses during the call.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn tile(
+        x: &[f32],
+        rows: &[usize],
+        q0: usize,
+        count: usize,
+        wg: &[f32],
+        start: &[f32; CR],
+        to: Store,
+    ) {
+        let mut acc = [[_mm512_setzero_ps(); 2]; PR];
+        // SAFETY (whole body): as the caller vouched.
+        unsafe {
+            let s0 = _mm512_loadu_ps(start.as_ptr());
+            let s1 = _mm512_loadu_ps(start.as_ptr().add(16));
+            for a in acc.iter_mut() {
+                *a = [s0, s1];
+            }
+            let (xp, wp) = (x.as_ptr().add(q0), wg.as_ptr());
+            // Literal position counts keep the accumulators in registers.
+            macro_rules! sums {
+                ($r:literal) => {
+                    for (r, &off) in rows.iter().enumerate() {
+                        let w0 = _mm512_loadu_ps(wp.add(r * CR));
+                        let w1 = _mm512_loadu_ps(wp.add(r * CR + 16));
+                        let xr = xp.add(off);
+                        for (i, a) in acc.iter_mut().enumerate().take($r) {
+                            let xv = _mm512_set1_ps(*xr.add(i));
+                            a[0] = _mm512_fmadd_ps(w0, xv, a[0]);
+                            a[1] = _mm512_fmadd_ps(w1, xv, a[1]);
+                        }
+                    }
+                };
+            }
+            match count {
+                12 => sums!(12),
+                11 => sums!(11),
+                10 => sums!(10),
+                9 => sums!(9),
+                8 => sums!(8),
+                7 => sums!(7),
+                6 => sums!(6),
+                5 => sums!(5),
+                4 => sums!(4),
+                3 => sums!(3),
+                2 => sums!(2),
+                _ => sums!(1),
+            }
+            let kept = ((1u32 << to.keep.count_ones()) - 1) as __mmask16;
+            for v in 0..2 {
+                // Rows are positions, lanes channels: transposed, rows are channels.
+                let mut t = [_mm512_setzero_ps(); 16];
+                for (t, a) in t.iter_mut().zip(&acc) {
+                    *t = a[v];
+                }
+                transpose16(&mut t);
+                for (o, &t) in t.iter().enumerate().take(to.chans.saturating_sub(16 * v)) {
+                    let dst = to.y.add((16 * v + o) * to.plane + to.first);
+                    _mm512_mask_storeu_ps(dst, kept, _mm512_maskz_compress_ps(to.keep, t));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::Isa;
+
+    /// A 2-D window: input rows and columns, kernel, dilation, pads (top, left,
+    /// bottom, right), stride 1.
+    fn win(h: usize, w: usize, k: [usize; 2], d: usize, p: [usize; 4]) -> Win3 {
+        let out = |i: usize, a: usize| i + p[a] + p[a + 2] - (k[a] - 1) * d;
+        Win3 {
+            input: [1, h, w],
+            out: [1, out(h, 0), out(w, 1)],
+            kernel: [1, k[0], k[1]],
+            stride: [1; 3],
+            dil: [1, d, d],
+            pad: [0, p[0] as isize, p[1] as isize],
+        }
+    }
+
+    /// Same bits as the direct conv, on planes with a partial position tile, channel
+    /// counts with a partial block, groups and batches, with and without a bias; and
+    /// spatial kernels with padding (uneven too), dilation, no padding, one row.
+    #[test]
+    fn same_bits_as_the_direct_conv() {
+        if !super::super::packed_gemm::available() {
+            return;
+        }
+        let values = super::super::conv_direct::tests::values;
+        let pw = |h, w| win(h, w, [1, 1], 1, [0; 4]);
+        // (images, input channels, output channels, groups, window)
+        let cases = [
+            (1, 64, 32, 1, pw(7, 7)),
+            (2, 40, 70, 1, pw(5, 5)),
+            (1, 96, 232, 1, pw(7, 7)),
+            (1, 32, 96, 2, pw(9, 14)),
+            (2, 17, 33, 1, pw(1, 12)),
+            // Several chunks of positions, the last one partial.
+            (1, 128, 40, 1, pw(30, 31)),
+            (1, 16, 32, 1, win(9, 9, [3, 3], 1, [1; 4])),
+            (2, 12, 80, 2, win(11, 8, [5, 5], 2, [4, 3, 2, 4])),
+            (1, 24, 33, 1, win(7, 7, [3, 3], 1, [0; 4])),
+            (1, 8, 64, 1, win(1, 40, [1, 3], 1, [0, 1, 0, 1])),
+            (1, 20, 36, 1, win(30, 30, [3, 3], 1, [1; 4])),
+        ];
+        for (i, &(n, c, m, group, g)) in cases.iter().enumerate() {
+            let (cg, mg) = (c / group, m / group);
+            assert!(
+                fits(&g, mg, cg) || fits_spatial(&g, mg, cg),
+                "case {i} should run here"
+            );
+            let kdim = cg * g.k_vol();
+            let x = values(n * c * g.in_vol(), 5 * i as u64);
+            let wv = values(m * kdim, 5 * i as u64 + 1);
+            let bias = values(m, 5 * i as u64 + 2);
+            let packed = pack_weights(&wv, m, group, kdim);
+            for b in [None, Some(&bias[..])] {
+                let mut want = vec![0.0f32; n * m * g.out_vol()];
+                super::super::conv_direct::conv(
+                    Isa::Avx512,
+                    &x,
+                    &wv,
+                    b,
+                    &mut want,
+                    n,
+                    c,
+                    m,
+                    group,
+                    &g,
+                );
+                let mut got = vec![f32::NAN; want.len()];
+                conv(&packed, &x, b, &mut got, n, c, m, group, &g);
+                for (j, (a, e)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(a.to_bits(), e.to_bits(), "case {i}, output {j}: {a} vs {e}");
+                }
+            }
+        }
+    }
+}
