@@ -1,6 +1,6 @@
-//! f32 convs of stride 1 with AVX-512, output channels in the vector lanes: pointwise
-//! convs (on small planes, or with many input channels) and 2-D convs with larger
-//! kernels.
+//! f32 convs with AVX-512, output channels in the vector lanes: pointwise convs (on
+//! small planes, or with many input channels) and 2-D convs of stride 1 or 2 with
+//! larger kernels.
 //!
 //! The other conv kernels put positions in the lanes: a 7x7 plane's 49 positions fill
 //! 64 lanes (a 32-wide tile and a 17-wide tail), and ResNet-50's 2048->512 at 7x7 ran
@@ -17,7 +17,7 @@
 use rayon::prelude::*;
 
 use super::gemm_util::SendPtr;
-use super::window::Win3;
+use super::window::{Win3, split_row_stride2};
 
 /// Positions and output channels of a register tile.
 const PR: usize = 12;
@@ -47,24 +47,26 @@ pub(crate) fn fits(g: &Win3, mg: usize, cg: usize) -> bool {
         && (g.out_vol() < 1024 || cg >= 128)
 }
 
-/// Whether [`conv`] runs this conv here: AVX-512, a 2-D conv of stride 1 with a
-/// kernel larger than 1x1 and no negative padding, with 32 or more output channels per
-/// group.
+/// Whether [`conv`] runs this conv here: AVX-512, a 2-D conv of stride 1 or 2 with a
+/// kernel larger than 1x1 and no negative padding, with 32 or more output channels and
+/// 8 or more input channels per group.
 ///
 /// `kernel_table` (% of the FMA peak, direct conv -> here): ResNet-50's 3x3 at 56x56
-/// 79 -> 92, 28x28 81 -> 92, 14x14 79 -> 87, 7x7 65 -> 76; RegNet's 3x3 with 64
-/// channels per group 79 -> 84; DeepLab's dilated 3x3 79 -> 85; YOLO's 32->32 at 80x80
-/// 88 -> 90.
+/// 79 -> 92, 28x28 81 -> 92, 14x14 79 -> 87, 7x7 65 -> 76, stride 2 from 56x56 70 ->
+/// 88, from 28x28 62 -> 78-89; RegNet's 3x3 with 64 channels per group 79 -> 84;
+/// DeepLab's dilated 3x3 79 -> 85; YOLO's 32->32 at 80x80 88 -> 90, 64->128 stride 2
+/// 68 -> 88. ResNet-50's 7x7 stem (3 input channels) ran 87-89 -> 78-86, so convs
+/// with few input channels stay on the direct kernel.
 pub(crate) fn fits_spatial(g: &Win3, mg: usize, cg: usize) -> bool {
     super::packed_gemm::available()
         && g.input[0] == 1
         && g.out[0] == 1
         && g.kernel[0] == 1
         && g.k_vol() > 1
-        && g.stride == [1; 3]
+        && (g.stride == [1; 3] || g.stride == [1, 2, 2])
         && g.pad.iter().all(|&p| p >= 0)
         && mg >= CR
-        && cg * g.k_vol() >= 16
+        && cg >= 8
 }
 
 /// Weights `[m, cg]` transposed per block of [`CR`] output channels of a group into
@@ -105,9 +107,9 @@ struct Lines {
 /// (image, group, block of [`CR`] output channels, chunk of [`TASK_POSITIONS`]
 /// positions).
 ///
-/// A pointwise conv reads its input as is. Others read a zero-padded copy, with
-/// positions over the padded width: output `(h, w)` is position `h·width + w`, and
-/// tap `(a, b)` reads it at `(a·dil, b·dil)` from there.
+/// A pointwise conv reads its input as is. Others read a zero-padded copy (see
+/// [`padded_copy`]), with positions over the padded (phase) width: output `(h, w)` is
+/// position `h·width + w`, and each tap reads it at a fixed offset from there.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn conv(
     wt: &[f32],
@@ -214,34 +216,51 @@ pub(crate) fn conv(
     }
 }
 
-/// The input of a 2-D conv of stride 1, zero-padded to the extent its outputs read,
-/// for the `planes` channel planes of `x`, and how tiles read it with `cg` channels
-/// per group.
+/// The input of a 2-D conv of stride 1 or 2, zero-padded to the extent its outputs
+/// read, for the `planes` channel planes of `x`, and how tiles read it with `cg`
+/// channels per group. With stride 2 each plane is split into four phase planes
+/// (padded row `r`, column `p` to plane `(r % 2, p % 2)`, row `r / 2`, column `p / 2`),
+/// where consecutive outputs read consecutive values.
 fn padded_copy(x: &[f32], planes: usize, cg: usize, g: &Win3) -> (Lines, Vec<f32>) {
     let [_, ih, iw] = g.input;
     let [_, oh, ow] = g.out;
     let [_, kh, kw] = g.kernel;
     let [_, dh, dw] = g.dil;
+    let s = g.stride[2];
     let (ph, pw) = (g.pad[1] as usize, g.pad[2] as usize);
-    let (eh, ew) = (oh + (kh - 1) * dh, ow + (kw - 1) * dw);
-    let in_plane = eh * ew;
+    let (eh, ew) = (
+        (oh - 1) * s + (kh - 1) * dh + 1,
+        (ow - 1) * s + (kw - 1) * dw + 1,
+    );
+    let (rows, width) = (eh.div_ceil(s), ew.div_ceil(s));
+    let phase = rows * width;
+    let in_plane = s * s * phase;
     let mut copy = crate::buffers::take_filled(planes * in_plane, 0.0f32);
     let (rows_in, cols_in) = (ih.min(eh.saturating_sub(ph)), iw.min(ew.saturating_sub(pw)));
     for (src, dst) in x.chunks_exact(ih * iw).zip(copy.chunks_exact_mut(in_plane)) {
         for h in 0..rows_in {
-            dst[(h + ph) * ew + pw..][..cols_in].copy_from_slice(&src[h * iw..][..cols_in]);
+            let (r, row) = (h + ph, &src[h * iw..][..cols_in]);
+            if s == 1 {
+                dst[r * width + pw..][..cols_in].copy_from_slice(row);
+            } else {
+                let at = (r % 2 * 2 * rows + r / 2) * width;
+                let (even, odd) = dst[at..].split_at_mut(phase);
+                split_row_stride2(row, pw, &mut even[..width], &mut odd[..width]);
+            }
         }
     }
+    let tap = move |a: usize, b: usize| {
+        let (a, b) = (a * dh, b * dw);
+        ((a % s * s + b % s) * rows + a / s) * width + b / s
+    };
     let rows = (0..cg)
-        .flat_map(|ci| {
-            (0..kh).flat_map(move |a| (0..kw).map(move |b| ci * in_plane + a * dh * ew + b * dw))
-        })
+        .flat_map(|ci| (0..kh).flat_map(move |a| (0..kw).map(move |b| ci * in_plane + tap(a, b))))
         .collect();
     let lines = Lines {
         rows,
         in_len: cg * in_plane,
-        positions: (oh - 1) * ew + ow,
-        width: ew,
+        positions: (oh - 1) * width + ow,
+        width,
         kept: ow,
     };
     (lines, copy)
@@ -342,15 +361,15 @@ mod tests {
     use super::*;
     use crate::cpu::Isa;
 
-    /// A 2-D window: input rows and columns, kernel, dilation, pads (top, left,
-    /// bottom, right), stride 1.
-    fn win(h: usize, w: usize, k: [usize; 2], d: usize, p: [usize; 4]) -> Win3 {
-        let out = |i: usize, a: usize| i + p[a] + p[a + 2] - (k[a] - 1) * d;
+    /// A 2-D window: input rows and columns, kernel, stride, dilation, pads (top,
+    /// left, bottom, right).
+    fn win(h: usize, w: usize, k: [usize; 2], s: usize, d: usize, p: [usize; 4]) -> Win3 {
+        let out = |i: usize, a: usize| (i + p[a] + p[a + 2] - (k[a] - 1) * d - 1) / s + 1;
         Win3 {
             input: [1, h, w],
             out: [1, out(h, 0), out(w, 1)],
             kernel: [1, k[0], k[1]],
-            stride: [1; 3],
+            stride: [1, s, s],
             dil: [1, d, d],
             pad: [0, p[0] as isize, p[1] as isize],
         }
@@ -365,7 +384,7 @@ mod tests {
             return;
         }
         let values = super::super::conv_direct::tests::values;
-        let pw = |h, w| win(h, w, [1, 1], 1, [0; 4]);
+        let pw = |h, w| win(h, w, [1, 1], 1, 1, [0; 4]);
         // (images, input channels, output channels, groups, window)
         let cases = [
             (1, 64, 32, 1, pw(7, 7)),
@@ -375,11 +394,16 @@ mod tests {
             (2, 17, 33, 1, pw(1, 12)),
             // Several chunks of positions, the last one partial.
             (1, 128, 40, 1, pw(30, 31)),
-            (1, 16, 32, 1, win(9, 9, [3, 3], 1, [1; 4])),
-            (2, 12, 80, 2, win(11, 8, [5, 5], 2, [4, 3, 2, 4])),
-            (1, 24, 33, 1, win(7, 7, [3, 3], 1, [0; 4])),
-            (1, 8, 64, 1, win(1, 40, [1, 3], 1, [0, 1, 0, 1])),
-            (1, 20, 36, 1, win(30, 30, [3, 3], 1, [1; 4])),
+            (1, 16, 32, 1, win(9, 9, [3, 3], 1, 1, [1; 4])),
+            (2, 16, 80, 2, win(11, 8, [5, 5], 1, 2, [4, 3, 2, 4])),
+            (1, 24, 33, 1, win(7, 7, [3, 3], 1, 1, [0; 4])),
+            (1, 8, 64, 1, win(1, 40, [1, 3], 1, 1, [0, 1, 0, 1])),
+            (1, 20, 36, 1, win(30, 30, [3, 3], 1, 1, [1; 4])),
+            // Stride 2: even and odd sizes and pads, dilation, a 2x2 kernel.
+            (1, 16, 32, 1, win(14, 14, [3, 3], 2, 1, [1; 4])),
+            (2, 10, 40, 1, win(15, 13, [3, 3], 2, 1, [0, 1, 1, 0])),
+            (1, 8, 48, 1, win(12, 17, [5, 5], 2, 2, [3, 2, 4, 1])),
+            (1, 24, 32, 1, win(9, 9, [2, 2], 2, 1, [0; 4])),
         ];
         for (i, &(n, c, m, group, g)) in cases.iter().enumerate() {
             let (cg, mg) = (c / group, m / group);
