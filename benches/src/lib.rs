@@ -226,6 +226,7 @@ impl Case {
             inputs_present: &present,
             num_outputs: 1,
             const_inputs: &consts,
+            stable_inputs: &consts.iter().map(Option::is_some).collect::<Vec<_>>(),
         };
         let kernel = build_kernel(&spec).expect("kernel builds");
         Case { kernel, inputs }

@@ -29,6 +29,7 @@ fn kernel(op: &str, attrs: &[AttributeProto], n_in: usize) -> Box<dyn Kernel> {
         inputs_present: &present,
         num_outputs: 1,
         const_inputs: &consts,
+        stable_inputs: &consts.iter().map(Option::is_some).collect::<Vec<_>>(),
     };
     build_kernel(&spec).expect("kernel builds")
 }

@@ -407,8 +407,15 @@ impl Session {
         }
 
         // Backward pass: which nodes must run to produce the wanted slots.
-        let available =
-            |s: Slot| !dirty[s] && (plan.constants[s].is_some() || known.get(s).is_some());
+        // Fake-quantized weights always come from this session's store (a lookup),
+        // never from `known`: kernels key what they derive from a weight by its
+        // address (see `NodeSpec::stable_inputs`), which holds only for tensors the
+        // session keeps alive.
+        let available = |s: Slot| {
+            !dirty[s]
+                && !plan.is_weight_calibration_output(s)
+                && (plan.constants[s].is_some() || known.get(s).is_some())
+        };
         let mut run_node = vec![false; plan.nodes.len()];
         let mut visited = vec![false; n_values];
         let mut stack: Vec<Slot> = wanted.to_vec();
@@ -761,5 +768,97 @@ fn fresh_output(chain: &Chain, walk: Walk, x: &Tensor, shape: &[usize]) -> Array
 fn recycle(value: Option<Arc<Tensor>>) {
     if let Some(t) = value.and_then(|a| Arc::try_unwrap(a).ok()) {
         crate::buffers::give(t);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hmct_ir::testing::build::{float_value, int_attr, ints_attr, model, named_value, node};
+    use hmct_tensor::tensor_to_proto;
+
+    use super::*;
+    use crate::fake_quant::QType;
+
+    /// One session switching a weight calibration node between settings (float, the
+    /// file's int8, int8 at half the thresholds, int4) gives what a fresh session
+    /// gives for each: kernels that keep what they derive from a weight (packed
+    /// panels) per weight tensor never serve one setting's weight to another. The
+    /// three convs take the channel-lanes 3x3 kernel, the channel-lanes pointwise
+    /// kernel and the packed GEMM.
+    #[test]
+    fn switching_a_weight_setting_never_serves_a_stale_packed_weight() {
+        let (h, w) = (32usize, 32usize);
+        let values = |n: usize, seed: u32| -> Vec<f32> {
+            (0..n as u32)
+                .map(|i| ((i.wrapping_mul(2654435761) ^ seed) % 2001) as f32 / 1000.0 - 1.0)
+                .collect()
+        };
+        let weight = |name: &str, shape: &[usize], seed| {
+            let t = Tensor::from_f32(shape, values(shape.iter().product(), seed)).unwrap();
+            tensor_to_proto(&t, name)
+        };
+        let conv = |name: &str, x: &str, wt: &str, y: &str, k: i64| {
+            let mut n = node(name, "Conv", &[x, wt], &[y]);
+            n.attribute.push(ints_attr("pads", vec![k / 2; 4]));
+            n.attribute.push(int_attr("group", 1));
+            n
+        };
+        let proto = model(
+            vec![float_value("x", &[1, 32, h as i64, w as i64])],
+            vec![
+                conv("c3", "x", "w3", "a", 3),
+                node("r", "Relu", &["a"], &["b"]),
+                conv("c1", "b", "w1", "c", 1),
+                conv("c2", "c", "w2", "y", 1),
+            ],
+            vec![
+                weight("w3", &[64, 32, 3, 3], 1),
+                weight("w1", &[64, 64, 1, 1], 2),
+                weight("w2", &[128, 64, 1, 1], 3),
+            ],
+            vec![named_value("y")],
+        );
+        let m = hmct_ir::Model::from_proto(proto, None).unwrap();
+        let m = hmct_ir::testing::calibrate_for_tests(m, 4.0).unwrap();
+        let x = Tensor::from_f32(&[1, 32, h, w], values(32 * h * w, 7)).unwrap();
+        let plan = crate::plan_model(&m).unwrap();
+        let weights: Vec<usize> = (0..plan.calibrations.len())
+            .filter(|&c| plan.calibrations[c].is_weight)
+            .collect();
+        assert_eq!(weights.len(), 3);
+        let setting = |c: usize, scale: f32, bits: u32| {
+            let FakeQuant::Int(file) = &plan.calibrations[c].file.fake_quant else {
+                panic!("an int8 weight node");
+            };
+            let thresholds: Vec<f32> = file.scales().iter().map(|s| s * 127.0 * scale).collect();
+            let qtype = QType::Int { bits, signed: true };
+            Override::Set(FakeQuant::from_thresholds(qtype, &thresholds, Some(0)).unwrap())
+        };
+        let mut configs = vec![Config::float(), Config::calibrated()];
+        for &(scale, bits) in &[(0.5, 8), (1.0, 4), (0.25, 8)] {
+            let mut cfg = Config::calibrated();
+            for &c in &weights {
+                cfg = cfg.with(c, setting(c, scale, bits));
+            }
+            configs.push(cfg);
+        }
+        configs.push(Config::calibrated());
+        configs.push(Config::float());
+        let kept = Session::new(crate::plan_model(&m).unwrap(), 2).unwrap();
+        let mut outputs = Vec::new();
+        for cfg in &configs {
+            let got = kept.run(&[("x", x.clone())], cfg).unwrap();
+            let fresh = Session::new(crate::plan_model(&m).unwrap(), 2).unwrap();
+            let want = fresh.run(&[("x", x.clone())], cfg).unwrap();
+            let bits = |t: &Tensor| -> Vec<u32> {
+                t.as_f32().unwrap().iter().map(|v| v.to_bits()).collect()
+            };
+            assert_eq!(bits(&got[0]), bits(&want[0]), "{cfg:?}");
+            outputs.push(bits(&got[0]));
+        }
+        // The settings differ in their results, so a stale weight would show.
+        for i in 0..5 {
+            assert_ne!(outputs[i], outputs[i + 1], "settings {i} and {}", i + 1);
+        }
     }
 }

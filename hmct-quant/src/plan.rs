@@ -245,6 +245,10 @@ impl Plan {
                 .iter()
                 .map(|s| s.and_then(|s| self.constants[s].as_deref()))
                 .collect();
+            let stable: Vec<bool> = inputs
+                .iter()
+                .map(|s| s.is_some_and(|s| self.is_stable(s)))
+                .collect();
             let spec = NodeSpec {
                 name: node.name(),
                 op_type: node.op_type(),
@@ -255,6 +259,7 @@ impl Plan {
                 inputs_present: &present,
                 num_outputs: node.output.len(),
                 const_inputs: &consts,
+                stable_inputs: &stable,
             };
             let kernel = ops::build_kernel(&spec).map_err(node_err)?;
             // Fold: every input constant (and at least one input, or a Constant node).
@@ -558,6 +563,22 @@ impl Plan {
     /// The index of a calibration node by name.
     pub fn calibration(&self, name: &str) -> Option<usize> {
         self.calibration_index.get(name).copied()
+    }
+
+    /// Whether a slot's value is the output of a weight calibration node: a constant
+    /// function of the node's setting, which a session computes once per setting and
+    /// keeps (so it is recomputed from that store rather than read from a caller's
+    /// values, see [`NodeSpec::stable_inputs`]).
+    pub(crate) fn is_weight_calibration_output(&self, slot: Slot) -> bool {
+        self.constants[slot].is_none()
+            && self.producer[slot].is_some_and(|p| {
+                matches!(self.nodes[p].op, NodeOp::Calibration(c) if self.calibrations[c].is_weight)
+            })
+    }
+
+    /// A constant, or a weight calibration node's output.
+    fn is_stable(&self, slot: Slot) -> bool {
+        self.constants[slot].is_some() || self.is_weight_calibration_output(slot)
     }
 
     /// The folded constant held in a slot, if it is one.

@@ -39,13 +39,24 @@ struct ConvKernel {
     weights: WeightCache,
 }
 
-/// A constant f32 weight packed for [`super::packed_gemm`] on first use, so the plan
-/// packs it once rather than on every run.
+/// What the conv derives from its f32 weight (packed or transposed panels, the taps
+/// of padding bands), kept per weight tensor when the weight input is stable
+/// ([`NodeSpec::stable_inputs`]): a constant, or a fake-quantized weight the session
+/// keeps, so a probe that switches a weight calibration node packs each setting's
+/// weight once rather than once per run.
 #[derive(Default)]
 pub(crate) struct WeightCache {
-    /// Address of the constant weight's data (the tensor the plan passes at run
-    /// time, and keeps alive with the kernel), if the weight is a constant.
-    addr: Option<usize>,
+    stable: bool,
+    /// Per weight tensor, by the address of its data; the most recently added last.
+    entries: std::sync::Mutex<Vec<(usize, std::sync::Arc<Derived>)>>,
+}
+
+/// Weight tensors a conv keeps derived data for: the float weight, its int8
+/// fake-quantized form, and one more setting (int16, a threshold under test).
+const CACHED_WEIGHTS: usize = 3;
+
+#[derive(Default)]
+pub(crate) struct Derived {
     packed: std::sync::OnceLock<Vec<super::packed_gemm::PackedA>>,
     /// The weights transposed for [`super::channel_lanes`].
     transposed: std::sync::OnceLock<Vec<f32>>,
@@ -58,14 +69,41 @@ type BandTaps = std::sync::Mutex<Vec<([usize; 4], std::sync::Arc<Vec<f32>>)>>;
 
 impl WeightCache {
     fn new(spec: &NodeSpec) -> WeightCache {
-        let addr = match spec.const_inputs.get(1) {
-            Some(Some(Tensor::F32(w))) => w.as_slice().map(|s| s.as_ptr() as usize),
-            _ => None,
-        };
         WeightCache {
-            addr,
+            stable: spec.stable_inputs.get(1).copied().unwrap_or(false),
             ..WeightCache::default()
         }
+    }
+
+    /// The derived data of the weight whose data starts at `data`, if it is cached.
+    fn derived(&self, data: *const f32) -> Option<std::sync::Arc<Derived>> {
+        if !self.stable {
+            return None;
+        }
+        let key = data as usize;
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, d)) = entries.iter().find(|(k, _)| *k == key) {
+            return Some(d.clone());
+        }
+        if entries.len() == CACHED_WEIGHTS {
+            entries.remove(0);
+        }
+        let d = std::sync::Arc::new(Derived::default());
+        entries.push((key, d.clone()));
+        Some(d)
+    }
+}
+
+/// The value in `slot` (made on first use), or a fresh one held in `fresh` when
+/// there is nothing to keep it in.
+fn kept_or_fresh<'a, V>(
+    slot: Option<&'a std::sync::OnceLock<V>>,
+    fresh: &'a mut Option<V>,
+    make: impl FnOnce() -> V,
+) -> &'a V {
+    match slot {
+        Some(s) => s.get_or_init(make),
+        None => fresh.insert(make()),
     }
 }
 
@@ -155,6 +193,7 @@ impl Kernel for ConvKernel {
                     Some(Tensor::F32(ba)) => Some(contiguous(ba)),
                     Some(o) => return Err(OpError::invalid(format!("bias of type {}", o.dtype()))),
                 };
+                let derived = wa.as_slice().and_then(|w| self.weights.derived(w.as_ptr()));
                 let (y, s) = conv_nd(
                     &contiguous(xa),
                     xa.shape(),
@@ -163,7 +202,7 @@ impl Kernel for ConvKernel {
                     bias.as_deref(),
                     &self.attrs,
                     self.group,
-                    Some(&self.weights),
+                    derived.as_deref(),
                 )?;
                 Ok(vec![Tensor::F32(array(&s, y)?)])
             }
@@ -234,7 +273,7 @@ pub(crate) fn conv_nd<T: Scalar>(
     bias: Option<&[T]>,
     attrs: &WindowAttrs,
     group: usize,
-    cache: Option<&WeightCache>,
+    derived: Option<&Derived>,
 ) -> Result<(Vec<T>, Vec<usize>), OpError> {
     if xs.len() < 3 || ws.len() != xs.len() {
         return Err(OpError::invalid(format!(
@@ -269,9 +308,10 @@ pub(crate) fn conv_nd<T: Scalar>(
     let mut shape = vec![n, m];
     shape.extend_from_slice(&win.out);
     let trimmed = trim_padding_taps(w, m * cg, &g3);
-    let (w, g3) = match &trimmed {
-        Some((tw, tg)) => (&tw[..], *tg),
-        None => (w, g3),
+    let (w, g3, derived) = match &trimmed {
+        // Trimmed weights are a new tensor per call: nothing of them is kept.
+        Some((tw, tg)) => (&tw[..], *tg, None),
+        None => (w, g3, derived),
     };
     let (in_vol, out_vol, k_vol) = (g3.in_vol(), g3.out_vol(), g3.k_vol());
     if n * m * out_vol == 0 {
@@ -284,9 +324,8 @@ pub(crate) fn conv_nd<T: Scalar>(
     {
         let mut y = crate::buffers::take::<T>(n * m * out_vol);
         let yf = f32_slice_mut(&mut y).expect("T is f32, as x is");
-        let cache = cache.filter(|c| c.addr == Some(wf.as_ptr() as usize));
         let bf = bias.and_then(f32_slice);
-        conv_bands(isa, xf, wf, bf, yf, [n, c, m, group], &g3, &rects, cache);
+        conv_bands(isa, xf, wf, bf, yf, [n, c, m, group], &g3, &rects, derived);
         return Ok((y, shape));
     }
     if in_vol == 1 && out_vol == 1 && k_vol == 1 && g3.pad == [0; 3] {
@@ -342,29 +381,15 @@ pub(crate) fn conv_nd<T: Scalar>(
                 && !super::channel_lanes::fits(&g_f32, m / group, c_f32 / group)
             {
                 let pack = || super::packed_gemm::pack_conv_weights(wf, m, group, kdim);
-                let fresh;
-                let packed = match cache {
-                    Some(c) if c.addr == Some(wf.as_ptr() as usize) => c.packed.get_or_init(pack),
-                    _ => {
-                        fresh = pack();
-                        &fresh
-                    }
-                };
+                let mut fresh = None;
+                let packed = kept_or_fresh(derived.map(|d| &d.packed), &mut fresh, pack);
                 super::packed_gemm::conv(packed, xf, bf, yf, n, c_f32, m, group, &g_f32);
             } else if super::channel_lanes::fits(&g_f32, m / group, c_f32 / group)
                 || super::channel_lanes::fits_spatial(&g_f32, m / group, c_f32 / group)
             {
                 let pack = || super::channel_lanes::pack_weights(wf, m, group, kdim);
-                let fresh;
-                let packed = match cache {
-                    Some(c) if c.addr == Some(wf.as_ptr() as usize) => {
-                        c.transposed.get_or_init(pack)
-                    }
-                    _ => {
-                        fresh = pack();
-                        &fresh
-                    }
-                };
+                let mut fresh = None;
+                let packed = kept_or_fresh(derived.map(|d| &d.transposed), &mut fresh, pack);
                 super::channel_lanes::conv(packed, xf, bf, yf, n, c_f32, m, group, &g_f32);
             } else {
                 super::conv_direct::conv(isa, xf, wf, bf, yf, n, c_f32, m, group, &g_f32);
@@ -653,7 +678,7 @@ fn conv_bands(
     dims: [usize; 4],
     g: &Win3,
     bands: &[Band],
-    cache: Option<&WeightCache>,
+    derived: Option<&Derived>,
 ) {
     let [n, c, m, group] = dims;
     let [_, ih, iw] = g.input;
@@ -701,9 +726,9 @@ fn conv_bands(
         }
         let key = [th.start, th.end, tw.start, tw.end];
         let copy_taps = || kernel_taps(w, filters, g.kernel, [0..1, th.clone(), tw.clone()]);
-        let taps = match cache {
-            Some(cache) => {
-                let mut held = cache.band_taps.lock().unwrap_or_else(|e| e.into_inner());
+        let taps = match derived {
+            Some(derived) => {
+                let mut held = derived.band_taps.lock().unwrap_or_else(|e| e.into_inner());
                 match held.iter().find(|(k, _)| *k == key) {
                     Some((_, t)) => t.clone(),
                     None => {

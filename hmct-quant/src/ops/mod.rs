@@ -74,6 +74,12 @@ pub struct NodeSpec<'a> {
     /// values), known at plan time. A kernel may precompute from them (e.g. repack
     /// weights); it still receives them at run time.
     pub const_inputs: &'a [Option<&'a Tensor>],
+    /// Inputs whose every distinct value is one tensor that lives as long as the
+    /// kernel: constants, and outputs of weight calibration nodes (a session keeps one
+    /// fake-quantized weight per setting and never frees it). A kernel may cache what
+    /// it derives from such an input keyed by the address of its data; other inputs'
+    /// buffers are recycled, so their addresses say nothing about their contents.
+    pub stable_inputs: &'a [bool],
 }
 
 /// A kernel bound to one node. Runs on inputs in node order (`None` for omitted

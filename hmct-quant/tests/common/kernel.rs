@@ -52,6 +52,7 @@ pub fn run_kernel(
         inputs_present: &present,
         num_outputs: 1,
         const_inputs: &consts,
+        stable_inputs: &consts.iter().map(Option::is_some).collect::<Vec<_>>(),
     };
     let inputs: Vec<Option<&Tensor>> = inputs.iter().map(|&t| Some(t)).collect();
     build_kernel(&spec).unwrap().run(&inputs).unwrap().remove(0)

@@ -131,6 +131,7 @@ fn run_case(dir: &Path, rtol: f64, atol: f64) -> Outcome {
             inputs_present: &present,
             num_outputs: node.output.len(),
             const_inputs: &consts,
+            stable_inputs: &consts.iter().map(Option::is_some).collect::<Vec<_>>(),
         };
         let kernel = match build_kernel(&spec) {
             Ok(k) => k,
