@@ -33,6 +33,16 @@ pub(crate) fn take<T: Clone>(
     for k in (0..rank - 1).rev() {
         strides[k] = strides[k + 1] * a.shape()[k + 1];
     }
+    if let Some(starts) = idx
+        .iter()
+        .map(|v| consecutive(v))
+        .collect::<Option<Vec<_>>>()
+    {
+        for_blocks(a.shape(), &starts, &out_shape, |at, len| {
+            out.extend_from_slice(&src[at..at + len])
+        });
+        return array(&out_shape, out);
+    }
     let last = &idx[rank - 1];
     // A run of consecutive source indices copies as one slice.
     let run = match (last.first(), last.len()) {
@@ -73,7 +83,81 @@ pub(crate) fn take<T: Clone>(
     }
 }
 
+/// The first index of a list of consecutive source indices (`s, s+1, ...`, no
+/// padding), or None.
+fn consecutive(v: &[Option<usize>]) -> Option<usize> {
+    let s = v.first().copied().flatten()?;
+    v.iter()
+        .enumerate()
+        .all(|(j, i)| *i == Some(s + j))
+        .then_some(s)
+}
+
+/// The blocks `(offset, length)` of a row-major source of `shape`, in order, that
+/// make up the part whose axis `k` runs over `starts[k]..starts[k] + out_shape[k]`:
+/// the trailing axes read whole are one block with the axis before them, so a
+/// channel split of an NCHW tensor is one copy per image rather than one per row.
+fn for_blocks(
+    shape: &[usize],
+    starts: &[usize],
+    out_shape: &[usize],
+    mut f: impl FnMut(usize, usize),
+) {
+    let rank = shape.len();
+    let mut strides = vec![1usize; rank];
+    for k in (0..rank.saturating_sub(1)).rev() {
+        strides[k] = strides[k + 1] * shape[k + 1];
+    }
+    let mut inner = rank - 1;
+    // (A run as long as its axis starts at 0.)
+    while inner > 0 && out_shape[inner] == shape[inner] {
+        inner -= 1;
+    }
+    let block = out_shape[inner] * strides[inner];
+    let mut pos = vec![0usize; inner];
+    loop {
+        let at: usize = (0..inner)
+            .map(|k| (starts[k] + pos[k]) * strides[k])
+            .sum::<usize>()
+            + starts[inner] * strides[inner];
+        f(at, block);
+        // The next position of the outer axes, the last one fastest.
+        let mut k = inner;
+        loop {
+            if k == 0 {
+                return;
+            }
+            k -= 1;
+            pos[k] += 1;
+            if pos[k] < out_shape[k] {
+                break;
+            }
+            pos[k] = 0;
+        }
+    }
+}
+
 fn take_tensor(t: &Tensor, idx: &[Vec<Option<usize>>]) -> Result<Tensor, OpError> {
+    // f32 parts of consecutive runs go into a recycled buffer: a fresh one costs
+    // page faults on every run, more than the copy.
+    if let Tensor::F32(a) = t
+        && !idx.is_empty()
+        && idx.len() == a.ndim()
+        && let Some(src) = a.as_slice()
+        && let Some(starts) = idx
+            .iter()
+            .map(|v| consecutive(v))
+            .collect::<Option<Vec<_>>>()
+    {
+        let out_shape: Vec<usize> = idx.iter().map(Vec::len).collect();
+        let mut out = crate::buffers::take::<f32>(out_shape.iter().product());
+        let mut filled = 0;
+        for_blocks(a.shape(), &starts, &out_shape, |at, len| {
+            out[filled..filled + len].copy_from_slice(&src[at..at + len]);
+            filled += len;
+        });
+        return Ok(Tensor::F32(array(&out_shape, out)?));
+    }
     map_tensor!(t, a => Ok(TensorElem::wrap(take(a, idx, &Default::default())?)))
 }
 
@@ -472,6 +556,55 @@ pub(super) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Parts of consecutive runs (copied as blocks, into a pooled buffer for f32)
+    /// hold the elements ndarray's own slicing gives, for every combination of whole,
+    /// leading, trailing and inner runs over ranks 1 to 4.
+    #[test]
+    fn consecutive_parts_match_ndarray_slicing() {
+        use hmct_tensor::ndarray::{IxDyn, Slice};
+        let shapes: [&[usize]; 5] = [&[7], &[3, 5], &[2, 6, 4], &[2, 3, 4, 5], &[1, 116, 7, 3]];
+        for shape in shapes {
+            let n: usize = shape.iter().product();
+            let a =
+                ArrayD::from_shape_vec(IxDyn(shape), (0..n).map(|v| v as f32).collect()).unwrap();
+            let ai = a.mapv(|v| v as i64);
+            // Per axis: whole, the first part, the last part, an inner part.
+            let runs = |d: usize| -> Vec<(usize, usize)> {
+                vec![
+                    (0, d),
+                    (0, d.div_ceil(2)),
+                    (d / 2, d),
+                    (d / 3, (d / 3 + 1).min(d)),
+                ]
+            };
+            let mut choice = vec![0usize; shape.len()];
+            loop {
+                let ranges: Vec<(usize, usize)> = shape
+                    .iter()
+                    .zip(&choice)
+                    .map(|(&d, &c)| runs(d)[c])
+                    .collect();
+                let idx: Vec<Vec<Option<usize>>> = ranges
+                    .iter()
+                    .map(|&(s, e)| (s..e).map(Some).collect())
+                    .collect();
+                let want = a.slice_each_axis(|ax| {
+                    let (s, e) = ranges[ax.axis.index()];
+                    Slice::from(s..e)
+                });
+                let got = take_tensor(&Tensor::F32(a.clone()), &idx).unwrap();
+                assert_eq!(got.as_f32().unwrap(), &want, "{shape:?} {ranges:?}");
+                let got_i = take(&ai, &idx, &0).unwrap();
+                assert_eq!(got_i, want.mapv(|v| v as i64), "{shape:?} {ranges:?}");
+                let Some(k) = (0..shape.len()).rev().find(|&k| choice[k] < 3) else {
+                    break;
+                };
+                choice[k] += 1;
+                choice[k + 1..].fill(0);
+            }
+        }
+    }
 
     #[test]
     fn slice_clamps_and_steps_backwards() {
