@@ -8,7 +8,7 @@ onnxruntime fuses and re-lays-out nodes (e.g. Conv+activation in NCHWc, with
 ReorderInput/ReorderOutput nodes), so its op types and node names differ from ours.
 
 Pinned: onnxruntime==1.32.0, numpy (tools/requirements.txt). Usage:
-    python tools/ort_profile.py MODEL DATA [--threads 1] [--runs 5]
+    python tools/ort_profile.py MODEL DATA [--threads 1] [--runs 5] [--slowest 10]
 """
 import argparse
 import collections
@@ -25,6 +25,8 @@ def main():
     ap.add_argument("data", help="calibration-data folder: one sub-folder per input")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--slowest", type=int, default=10,
+                    help="how many of the slowest nodes to list by name")
     args = ap.parse_args()
 
     options = ort.SessionOptions()
@@ -52,7 +54,7 @@ def main():
     for op, us in by_op.most_common():
         print(f"{op:<24} {ms(us):>10.3f} {100 * us / total:>6.1f}%")
     print("\nslowest nodes:")
-    for (name, op), us in by_node.most_common(10):
+    for (name, op), us in by_node.most_common(args.slowest):
         print(f"{name:<40} {op:<16} {ms(us):>10.3f} {100 * us / total:>6.1f}%")
 
 

@@ -32,6 +32,9 @@ pub struct RunArgs {
     /// Print where the time goes: per op type and the slowest nodes.
     #[arg(long)]
     pub profile: bool,
+    /// How many of the slowest nodes the profile lists by name.
+    #[arg(long, default_value_t = 10, requires = "profile")]
+    pub slowest: usize,
 }
 
 pub fn run(args: &RunArgs) -> Result<()> {
@@ -107,7 +110,12 @@ pub fn run(args: &RunArgs) -> Result<()> {
         );
     }
     if let Some(times) = session.node_times() {
-        print_profile(&session, &times, data.len() * args.repeat as usize);
+        print_profile(
+            &session,
+            &times,
+            data.len() * args.repeat as usize,
+            args.slowest,
+        );
     }
     if let Some(dir) = &args.output_dir {
         println!("outputs written to {}", dir.display());
@@ -115,11 +123,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
     Ok(())
 }
 
-/// Nodes listed by name in the profile.
-const SLOWEST_NODES: usize = 10;
-
 /// Time per run by op type, then the slowest nodes.
-fn print_profile(session: &hmct_quant::Session, times: &NodeTimes, runs: usize) {
+fn print_profile(session: &hmct_quant::Session, times: &NodeTimes, runs: usize, slowest: usize) {
     let plan = session.plan();
     let per_run = |d: Duration| d.as_secs_f64() * 1e3 / runs.max(1) as f64;
     let total: Duration = times.total.iter().sum();
@@ -171,7 +176,7 @@ fn print_profile(session: &hmct_quant::Session, times: &NodeTimes, runs: usize) 
         "{:<40} {:<16} {:>10} {:>7}",
         "node", "op type", "ms/run", "share"
     );
-    for &i in nodes.iter().take(SLOWEST_NODES) {
+    for &i in nodes.iter().filter(|&&i| times.calls[i] > 0).take(slowest) {
         let node = &plan.nodes()[i];
         println!(
             "{:<40} {:<16} {:>10.3} {:>6.1}%",
