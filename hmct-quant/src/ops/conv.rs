@@ -895,6 +895,8 @@ struct DwScratch<T> {
     /// Whether `padded` holds the padding as zeros: a scratch serves the planes of
     /// one conv, and planes after the first copy only their data rows.
     zeroed: bool,
+    /// A row of zeros, read for rows in the padding by [`super::dw_rows`].
+    zeros: Vec<T>,
 }
 
 impl<T> Default for DwScratch<T> {
@@ -905,12 +907,16 @@ impl<T> Default for DwScratch<T> {
             row_taps: Vec::new(),
             flat: Vec::new(),
             zeroed: false,
+            zeros: Vec::new(),
         }
     }
 }
 
 /// One depthwise output plane: every output is `start` (the bias, or zero) plus its
 /// taps.
+///
+/// f32 planes of stride 1 at least 16 outputs wide go to [`super::dw_rows`] where the
+/// CPU has AVX-512 (same sums, several output rows per load, no padded copy).
 ///
 /// The input plane is first copied into a buffer with its zero padding, so every tap
 /// of every output reads inside the buffer. Each block of outputs of a row then sums
@@ -936,12 +942,47 @@ fn dw_plane<T: Scalar>(
     g: &Win3,
     scratch: &mut DwScratch<T>,
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if g.out[0] == 1
+        && g.kernel[0] == 1
+        && g.stride == [1, 1, 1]
+        && g.pad.iter().all(|&p| p >= 0)
+        && let (Some(x), Some(w), Some(y), Some(&b)) = (
+            f32_slice(xc),
+            f32_slice(wk),
+            f32_slice_mut(out),
+            f32_slice(std::slice::from_ref(&start)).and_then(|s| s.first()),
+        )
+        && super::dw_rows::fits(g.out[2], w.len(), g.kernel[2])
+    {
+        if scratch.zeros.len() < g.input[2] {
+            scratch.zeros.resize(g.input[2], T::zero());
+        }
+        let input = super::dw_rows::Input {
+            x,
+            zeros: f32_slice(&scratch.zeros).expect("T is f32, as x is"),
+            ih: g.input[1],
+            iw: g.input[2],
+            top: g.pad[1] as usize,
+            left: g.pad[2] as usize,
+        };
+        let taps = super::dw_rows::Taps {
+            w,
+            kh: g.kernel[1],
+            kw: g.kernel[2],
+            dh: g.dil[1],
+            dw: g.dil[2],
+        };
+        super::dw_rows::plane(&input, &taps, b, y, g.out[2]);
+        return;
+    }
     let DwScratch {
         padded: buf,
         taps,
         row_taps,
         flat,
         zeroed,
+        ..
     } = scratch;
     // Padded extent each axis needs: the last output's last tap, plus one.
     let extent = |a: usize| (g.out[a] - 1) * g.stride[a] + (g.kernel[a] - 1) * g.dil[a] + 1;

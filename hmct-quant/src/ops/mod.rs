@@ -14,6 +14,8 @@ pub(crate) mod channel_lanes;
 pub(crate) mod conv;
 pub(crate) mod conv_direct;
 pub(crate) mod conv_dw;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod dw_rows;
 pub(crate) mod elementwise;
 pub(crate) mod fastmath;
 pub(crate) mod gemm_util;
