@@ -64,3 +64,21 @@ fn no_profile_without_the_flag() {
     let out = ok(&f.run("run", &["--threads", "1"]));
     assert!(!out.contains("op type"), "{out}");
 }
+
+#[test]
+fn slowest_sets_how_many_nodes_are_listed() {
+    let Some(f) = fixture() else { return };
+    let out = ok(&f.run("run", &["--profile", "--slowest", "3", "--threads", "1"]));
+    assert_eq!(table(&out, "slowest nodes").len(), 3, "{out}");
+    let all = ok(&f.run(
+        "run",
+        &["--profile", "--slowest", "100000", "--threads", "1"],
+    ));
+    let model = hmct_ir::load_model(&f.model).unwrap();
+    // Every node of the P-Net runs, so each is listed once.
+    assert_eq!(
+        table(&all, "slowest nodes").len(),
+        model.graph_proto().node.len(),
+        "{all}"
+    );
+}
