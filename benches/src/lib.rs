@@ -90,6 +90,9 @@ pub const CONV_SHAPES: &[ConvShape] = &[
     conv("mbv2_dw3x3s2_96_112", 96, 96, 96, 3, 2, 1, 112),
     conv("mbv2_dw3x3_960_7", 960, 960, 960, 3, 1, 1, 7),
     conv("mbv2_dw3x3s2_144_56", 144, 144, 144, 3, 2, 1, 56),
+    conv("mbv2_dw3x3_192_28", 192, 192, 192, 3, 1, 1, 28),
+    conv("mbv3_dw5x5s2_72_56", 72, 72, 72, 5, 2, 2, 56),
+    conv("mbv3_dw3x3s2_64_112", 64, 64, 64, 3, 2, 1, 112),
     conv("effnet_dw5x5_240_28", 240, 240, 240, 5, 1, 2, 28),
     // Kernels as large as their stride (patch embeddings, ConvNeXt's downsampling).
     conv("vit_16x16s16_3to384_224", 3, 384, 1, 16, 16, 0, 224),

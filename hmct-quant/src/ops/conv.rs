@@ -1171,6 +1171,18 @@ fn dw_plane_stride2<T: Scalar>(
             }
         }
     }
+    #[cfg(target_arch = "x86_64")]
+    if let (Some(b), Some(w), Some(y), Some(&s)) = (
+        f32_slice(buf),
+        f32_slice(wk),
+        f32_slice_mut(out),
+        f32_slice(std::slice::from_ref(&start)).and_then(|s| s.first()),
+    ) && super::dw_rows::fits(ow, w.len(), kw)
+    {
+        let taps = super::dw_rows::Taps { w, kh, kw, dh, dw };
+        super::dw_rows::phases(b, rows, width, &taps, s, y, ow);
+        return;
+    }
     for (tap, &wv) in taps.iter_mut().zip(wk) {
         tap.0 = wv;
     }

@@ -37,7 +37,17 @@ const SERIAL_WORK: usize = 1 << 18;
 /// 0.10 -> 0.053, 5x5 at 14x14 0.20-0.25 -> 0.17, 5x5 at 28x28 0.22-0.26 -> 0.20,
 /// 7x7 at 56x56 0.60-0.70 -> 0.52, 3x3 stride 2 to 28x28 0.14-0.19 -> 0.155; but 3x3
 /// at 56x56 0.26-0.33 -> 0.30, 3x3 stride 2 to 56x56 0.29-0.37 -> 0.43.
+///
+/// Planes 16 or more outputs wide went faster still per plane once that path summed
+/// several output rows per load (`super::dw_rows`), except 5x5 and larger kernels of
+/// stride 1 on planes up to 28 wide: `kernel_table` ms, here -> there: 3x3 stride 2 to 28x28
+/// 0.16 -> 0.13, 3x3 at 28x28 0.10 -> 0.072, 5x5 stride 2 to 28x28 0.125 -> 0.099,
+/// 7x7 at 56x56 0.52 -> 0.48; but 5x5 at 28x28 0.20 -> 0.23.
 pub(crate) fn fits(g: &Win3) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    let rows_fit = super::dw_rows::fits(g.out[2], g.k_vol(), g.kernel[2]);
+    #[cfg(not(target_arch = "x86_64"))]
+    let rows_fit = false;
     super::packed_gemm::available()
         && g.input[0] == 1
         && g.out[0] == 1
@@ -45,6 +55,7 @@ pub(crate) fn fits(g: &Win3) -> bool {
         && (g.stride == [1, 1, 1] || g.stride == [1, 2, 2])
         && g.pad.iter().all(|&p| p >= 0)
         && (g.out_vol() <= 28 * 28 || g.k_vol() >= 25)
+        && (g.out[2] < 16 || (g.k_vol() >= 25 && g.out[2] <= 28 && g.stride[2] == 1) || !rows_fit)
 }
 
 /// The band buffer's geometry: phase planes of `rows × width` positions.

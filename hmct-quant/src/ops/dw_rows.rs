@@ -65,6 +65,33 @@ pub(crate) fn plane(input: &Input, taps: &Taps, start: f32, out: &mut [f32], ow:
     unsafe { avx512::plane(input, taps, start, out, oh, ow) }
 }
 
+/// `out` (`ow` wide, row-major) = `start` plus every tap for a conv of stride 2 whose
+/// zero-padded input is split into four phase planes of `rows x width` values
+/// (padded row `r`, column `c` at plane `(r % 2)·2 + c % 2`, row `r / 2`, column
+/// `c / 2`; see `conv::dw_plane_stride2`), followed by at least 16 more values.
+pub(crate) fn phases(
+    buf: &[f32],
+    rows: usize,
+    width: usize,
+    taps: &Taps,
+    start: f32,
+    out: &mut [f32],
+    ow: usize,
+) {
+    assert!(fits(ow, taps.w.len(), taps.kw) && taps.w.len() == taps.kh * taps.kw);
+    assert!(taps.kh > 0 && taps.kw > 0 && taps.dh > 0 && taps.dw > 0);
+    assert!(!out.is_empty() && out.len().is_multiple_of(ow));
+    let oh = out.len() / ow;
+    // The last output's taps lie inside the planes; vectors read up to 15 values
+    // past a row's last output.
+    assert!(2 * (oh - 1) + (taps.kh - 1) * taps.dh < 2 * rows);
+    assert!(2 * (ow - 1) + (taps.kw - 1) * taps.dw < 2 * width);
+    assert!(buf.len() >= 4 * rows * width + LANES);
+    // SAFETY: the CPU has AVX-512F (`fits`); reads stay inside `buf` (asserted above),
+    // writes inside `out`.
+    unsafe { avx512::phases(buf, rows * width, width, taps, start, out, oh, ow) }
+}
+
 mod avx512 {
     use super::*;
 
@@ -253,6 +280,141 @@ mod avx512 {
             }
         }
     }
+
+    /// Where a stride-2 plane's phase planes and output are.
+    struct Phases {
+        buf: *const f32,
+        plane: usize,
+        width: usize,
+        start: __m512,
+        out: *mut f32,
+        ow: usize,
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn phases(
+        buf: &[f32],
+        plane: usize,
+        width: usize,
+        taps: &Taps,
+        start: f32,
+        out: &mut [f32],
+        oh: usize,
+        ow: usize,
+    ) {
+        let mut w = [_mm512_setzero_ps(); MAX_TAPS];
+        for (v, &t) in w.iter_mut().zip(taps.w) {
+            *v = _mm512_set1_ps(t);
+        }
+        let g = Phases {
+            buf: buf.as_ptr(),
+            plane,
+            width,
+            start: _mm512_set1_ps(start),
+            out: out.as_mut_ptr(),
+            ow,
+        };
+        // SAFETY: as for `super::phases`.
+        unsafe {
+            match (taps.kh, taps.kw, taps.dh, taps.dw) {
+                (3, 3, 1, 1) => phase_rows(&g, &w, oh, 3, 3, 1, 1),
+                (5, 5, 1, 1) => phase_rows(&g, &w, oh, 5, 5, 1, 1),
+                (kh, kw, dh, dw) => phase_rows(&g, &w, oh, kh, kw, dh, dw),
+            }
+        }
+    }
+
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn phase_rows(
+        g: &Phases,
+        w: &[__m512; MAX_TAPS],
+        oh: usize,
+        kh: usize,
+        kw: usize,
+        dh: usize,
+        dw: usize,
+    ) {
+        let k = Kernel { w, kh, kw, dh, dw };
+        // SAFETY (whole body): blocks cover rows below `oh` and columns below `ow`.
+        unsafe {
+            for h0 in (0..oh).step_by(ROWS) {
+                let mut x0 = 0;
+                while x0 < g.ow {
+                    let rem = g.ow - x0;
+                    let (v2, last) = if rem > LANES {
+                        (true, lanes(0, (rem.min(2 * LANES) - LANES) as isize))
+                    } else {
+                        (false, lanes(0, rem as isize))
+                    };
+                    match (oh - h0, v2) {
+                        (1, false) => phase_block::<1, 1>(g, &k, h0, x0, last),
+                        (2, false) => phase_block::<2, 1>(g, &k, h0, x0, last),
+                        (3, false) => phase_block::<3, 1>(g, &k, h0, x0, last),
+                        (_, false) => phase_block::<ROWS, 1>(g, &k, h0, x0, last),
+                        (1, true) => phase_block::<1, 2>(g, &k, h0, x0, last),
+                        (2, true) => phase_block::<2, 2>(g, &k, h0, x0, last),
+                        (3, true) => phase_block::<3, 2>(g, &k, h0, x0, last),
+                        (_, true) => phase_block::<ROWS, 2>(g, &k, h0, x0, last),
+                    }
+                    x0 += 2 * LANES;
+                }
+            }
+        }
+    }
+
+    /// [`block`] for stride 2 over phase planes: padded row `2·h0 + j` is phase row
+    /// `h0 + j / 2` of the planes of row phase `j % 2`, and tap column `c` reads
+    /// column phase `c·dw % 2` from column `c·dw / 2`.
+    #[inline(always)]
+    unsafe fn phase_block<const RB: usize, const V: usize>(
+        g: &Phases,
+        k: &Kernel,
+        h0: usize,
+        x0: usize,
+        last: __mmask16,
+    ) {
+        let mut acc = [[g.start; V]; RB];
+        // SAFETY (whole body): reads stay inside the phase planes and the values
+        // after them (see `super::phases`); stores go to rows below `oh` and lanes
+        // below `ow`.
+        unsafe {
+            for j in 0..2 * (RB - 1) + (k.kh - 1) * k.dh + 1 {
+                let row = g.buf.add(j % 2 * 2 * g.plane + (h0 + j / 2) * g.width + x0);
+                for c in 0..k.kw {
+                    let p = row.add(c * k.dw % 2 * g.plane + c * k.dw / 2);
+                    let xs: [__m512; V] =
+                        std::array::from_fn(|v| _mm512_loadu_ps(p.add(v * LANES)));
+                    // Padded row `j` is kernel row `b` of output row `i` when
+                    // `j = 2·i + b·dh`; with `j` rising, each output's taps come in
+                    // (b, c) order.
+                    for (i, sums) in acc.iter_mut().enumerate() {
+                        let Some(d) = j.checked_sub(2 * i) else {
+                            continue;
+                        };
+                        if d % k.dh != 0 || d / k.dh >= k.kh {
+                            continue;
+                        }
+                        let wv = k.w[d / k.dh * k.kw + c];
+                        for (s, &x) in sums.iter_mut().zip(&xs) {
+                            *s = _mm512_fmadd_ps(wv, x, *s);
+                        }
+                    }
+                }
+            }
+            for (i, sums) in acc.iter().enumerate() {
+                let dst = g.out.add((h0 + i) * g.ow + x0);
+                for (v, &s) in sums.iter().enumerate() {
+                    if v + 1 < V {
+                        _mm512_storeu_ps(dst.add(v * LANES), s);
+                    } else {
+                        _mm512_mask_storeu_ps(dst.add(v * LANES), last, s);
+                    }
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -333,6 +495,95 @@ mod tests {
                                     for c in 0..kw {
                                         let r = (h + b * dh) as isize - top as isize;
                                         let cc = (j + c * dw) as isize - left as isize;
+                                        want = w[b * kw + c].mul_add(at(r, cc), want);
+                                    }
+                                }
+                                let g = got[h * ow + j];
+                                assert_eq!(
+                                    g.to_bits(),
+                                    want.to_bits(),
+                                    "{kh}x{kw} dil {dh},{dw} pad {top},{left} in {ih}x{iw} at ({h}, {j}): {g} vs {want}"
+                                );
+                            }
+                        }
+                        cases += 1;
+                    }
+                }
+            }
+        }
+        assert!(cases > 100, "{cases} cases");
+    }
+
+    /// [`phases`] on the phase planes of a zero-padded input gives, bit for bit, the
+    /// fused taps in order at stride 2.
+    #[test]
+    fn phase_sums_match_fused_taps_in_order() {
+        if !fits(16, 1, 1) {
+            eprintln!("test dw_rows::phase_sums_match_fused_taps_in_order SKIPPED: no AVX-512");
+            return;
+        }
+        let mut seed = 11u32;
+        let mut next = move || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (seed >> 8) as f32 / (1 << 24) as f32 - 0.5
+        };
+        let mut cases = 0;
+        for (kh, kw) in [(1usize, 1usize), (3, 3), (5, 5), (7, 7), (2, 3), (3, 2)] {
+            for (dh, dw) in [(1usize, 1usize), (2, 2), (1, 3)] {
+                for (top, left) in [(0usize, 0usize), (1, 1), (2, 3), (3, 0)] {
+                    for (ih, iw) in [(2usize, 36usize), (9, 33), (13, 70), (17, 95)] {
+                        let oh = (ih + 2 * top)
+                            .checked_sub((kh - 1) * dh)
+                            .map(|e| (e - 1) / 2 + 1);
+                        let ow = (iw + 2 * left)
+                            .checked_sub((kw - 1) * dw)
+                            .map(|e| (e - 1) / 2 + 1);
+                        let (Some(oh), Some(ow)) = (oh, ow) else {
+                            continue;
+                        };
+                        if ih + 2 * top < (kh - 1) * dh + 1 || ow < 16 {
+                            continue;
+                        }
+                        let x: Vec<f32> = (0..ih * iw).map(|_| next()).collect();
+                        let w: Vec<f32> = (0..kh * kw).map(|_| next()).collect();
+                        let start = next();
+                        let at = |r: isize, c: isize| {
+                            let inside =
+                                (0..ih as isize).contains(&r) && (0..iw as isize).contains(&c);
+                            if inside {
+                                x[r as usize * iw + c as usize]
+                            } else {
+                                0.0
+                            }
+                        };
+                        // Padded extent, split into phase planes.
+                        let eh = 2 * (oh - 1) + (kh - 1) * dh + 1;
+                        let ew = 2 * (ow - 1) + (kw - 1) * dw + 1;
+                        let (rows, width) = (eh.div_ceil(2), ew.div_ceil(2));
+                        let mut buf = vec![0.0f32; 4 * rows * width + LANES];
+                        for r in 0..eh {
+                            for c in 0..ew {
+                                let plane = (r % 2 * 2 + c % 2) * rows * width;
+                                buf[plane + r / 2 * width + c / 2] =
+                                    at(r as isize - top as isize, c as isize - left as isize);
+                            }
+                        }
+                        let taps = Taps {
+                            w: &w,
+                            kh,
+                            kw,
+                            dh,
+                            dw,
+                        };
+                        let mut got = vec![f32::NAN; oh * ow];
+                        phases(&buf, rows, width, &taps, start, &mut got, ow);
+                        for h in 0..oh {
+                            for j in 0..ow {
+                                let mut want = start;
+                                for b in 0..kh {
+                                    for c in 0..kw {
+                                        let r = (2 * h + b * dh) as isize - top as isize;
+                                        let cc = (2 * j + c * dw) as isize - left as isize;
                                         want = w[b * kw + c].mul_add(at(r, cc), want);
                                     }
                                 }
