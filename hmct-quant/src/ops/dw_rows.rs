@@ -534,9 +534,11 @@ mod tests {
                     for (ih, iw) in [(2usize, 36usize), (9, 33), (13, 70), (17, 95)] {
                         let oh = (ih + 2 * top)
                             .checked_sub((kh - 1) * dh)
+                            .filter(|&e| e > 0)
                             .map(|e| (e - 1) / 2 + 1);
                         let ow = (iw + 2 * left)
                             .checked_sub((kw - 1) * dw)
+                            .filter(|&e| e > 0)
                             .map(|e| (e - 1) / 2 + 1);
                         let (Some(oh), Some(ow)) = (oh, ow) else {
                             continue;
