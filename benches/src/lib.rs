@@ -86,6 +86,12 @@ pub const CONV_SHAPES: &[ConvShape] = &[
     conv("yolo_3x3s2_16to32_160", 16, 32, 1, 3, 2, 1, 160),
     conv("yolo_3x3s2_64to128_40", 64, 128, 1, 3, 2, 1, 40),
     conv("yolo_3x3_32to32_80", 32, 32, 1, 3, 1, 1, 80),
+    // YOLOv8n at 640: the second conv and the class head's 80-channel convs.
+    conv("yolo_3x3s2_16to32_320", 16, 32, 1, 3, 2, 1, 320),
+    conv("yolo_3x3_64to80_80", 64, 80, 1, 3, 1, 1, 80),
+    conv("yolo_3x3_80to80_80", 80, 80, 1, 3, 1, 1, 80),
+    conv("yolo_3x3_80to80_40", 80, 80, 1, 3, 1, 1, 40),
+    conv("effnet_3x3s2_stem_3to32_224", 3, 32, 1, 3, 2, 1, 224),
     conv("mbv2_dw3x3_144_56", 144, 144, 144, 3, 1, 1, 56),
     conv("mbv2_dw3x3s2_96_112", 96, 96, 96, 3, 2, 1, 112),
     conv("mbv2_dw3x3_960_7", 960, 960, 960, 3, 1, 1, 7),

@@ -7,8 +7,11 @@
 //! at two thirds of the FMA peak; the packed GEMM also copies its input into panels.
 //! Here a register tile is 12 positions × 32 output channels: per weight row (input
 //! channel and tap), two vectors of transposed weights (packed once per weight) and
-//! twelve inputs broadcast from where they lie, 24 multiply-adds. Each finished tile
-//! is transposed back and stored as runs of positions per channel.
+//! twelve inputs broadcast from where they lie, 24 multiply-adds. A last block of 16
+//! channels or fewer (output channel counts such as 80, 112 or 240) takes tiles of 24
+//! positions × 16 channels instead, rather than multiply-adds half of whose lanes are
+//! padding. Each finished tile is transposed back and stored as runs of positions per
+//! channel.
 //!
 //! Each output is `bias + Σ_c Σ_taps w·x` summed in that order with fused
 //! multiply-adds, padding taps included as `w·0`: the sums of the direct conv, bit for
@@ -165,10 +168,14 @@ pub(crate) fn conv(
         let yp = &yp;
         // Line and column of the tile's first position, kept without a division.
         let (mut line, mut col) = (positions.start / lines.width, positions.start % lines.width);
-        for q0 in positions.clone().step_by(PR) {
-            let count = PR.min(positions.end - q0);
+        // A block of 16 channels or fewer (the last of 80, 112, 144 or 240) fills one
+        // vector per position: its tiles take twice the positions, so that every
+        // multiply-add still does 16 useful lanes.
+        let per_tile = if chans <= 16 { 2 * PR } else { PR };
+        for q0 in positions.clone().step_by(per_tile) {
+            let count = per_tile.min(positions.end - q0);
             // Positions kept: consecutive outputs, from `first`.
-            let mut keep = 0u16;
+            let mut keep = 0u32;
             let mut first = None;
             for j in 0..count {
                 if col < lines.kept {
@@ -197,7 +204,11 @@ pub(crate) fn conv(
                     keep,
                     first,
                 };
-                avx512::tile(xg, &lines.rows, q0, count, wg, &start, to);
+                if chans <= 16 {
+                    avx512::tile::<1, { 2 * PR }>(xg, &lines.rows, q0, count, wg, &start, to);
+                } else {
+                    avx512::tile::<2, PR>(xg, &lines.rows, q0, count, wg, &start, to);
+                }
             }
             #[cfg(not(target_arch = "x86_64"))]
             {
@@ -279,20 +290,22 @@ mod avx512 {
         pub y: *mut f32,
         pub plane: usize,
         pub chans: usize,
-        pub keep: u16,
+        pub keep: u32,
         pub first: usize,
     }
 
-    /// Positions `q0 .. q0 + count` × the block's output channels: sums over the
-    /// weight rows (row `r` reads `x` at `rows[r] + q`, its weights at `wg[r·CR ..]`),
-    /// starting from `start`, stored as `to` says.
+    /// Positions `q0 .. q0 + count` (`count` ≤ `P`) × the block's first `16·V` output
+    /// channels: sums over the weight rows (row `r` reads `x` at `rows[r] + q`, its
+    /// weights at `wg[r·CR ..]`), starting from `start`, stored as `to` says. `V` is 2
+    /// with `P` = 12 (a full block), or 1 with `P` = 24 (a block of up to 16
+    /// channels): 24 accumulators either way.
     ///
     /// # Safety
     /// The CPU has AVX-512F; `x[rows[r] + q]` is readable for every row and position;
     /// `wg` holds `rows.len()` rows of `CR`; `to.y` points to `to.chans` planes of
     /// `to.plane` values whose kept outputs nothing else accesses during the call.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn tile(
+    pub(super) unsafe fn tile<const V: usize, const P: usize>(
         x: &[f32],
         rows: &[usize],
         q0: usize,
@@ -301,31 +314,49 @@ mod avx512 {
         start: &[f32; CR],
         to: Store,
     ) {
-        let mut acc = [[_mm512_setzero_ps(); 2]; PR];
+        debug_assert!(V * P == 2 * PR && count <= P);
+        let mut acc = [[_mm512_setzero_ps(); V]; P];
         // SAFETY (whole body): as the caller vouched.
         unsafe {
-            let s0 = _mm512_loadu_ps(start.as_ptr());
-            let s1 = _mm512_loadu_ps(start.as_ptr().add(16));
+            let mut s = [_mm512_setzero_ps(); V];
+            for (v, s) in s.iter_mut().enumerate() {
+                *s = _mm512_loadu_ps(start.as_ptr().add(16 * v));
+            }
             for a in acc.iter_mut() {
-                *a = [s0, s1];
+                *a = s;
             }
             let (xp, wp) = (x.as_ptr().add(q0), wg.as_ptr());
             // Literal position counts keep the accumulators in registers.
             macro_rules! sums {
                 ($r:literal) => {
                     for (r, &off) in rows.iter().enumerate() {
-                        let w0 = _mm512_loadu_ps(wp.add(r * CR));
-                        let w1 = _mm512_loadu_ps(wp.add(r * CR + 16));
+                        let mut w = [_mm512_setzero_ps(); V];
+                        for (v, w) in w.iter_mut().enumerate() {
+                            *w = _mm512_loadu_ps(wp.add(r * CR + 16 * v));
+                        }
                         let xr = xp.add(off);
                         for (i, a) in acc.iter_mut().enumerate().take($r) {
                             let xv = _mm512_set1_ps(*xr.add(i));
-                            a[0] = _mm512_fmadd_ps(w0, xv, a[0]);
-                            a[1] = _mm512_fmadd_ps(w1, xv, a[1]);
+                            for (a, &w) in a.iter_mut().zip(&w) {
+                                *a = _mm512_fmadd_ps(w, xv, *a);
+                            }
                         }
                     }
                 };
             }
             match count {
+                24.. => sums!(24),
+                23 => sums!(23),
+                22 => sums!(22),
+                21 => sums!(21),
+                20 => sums!(20),
+                19 => sums!(19),
+                18 => sums!(18),
+                17 => sums!(17),
+                16 => sums!(16),
+                15 => sums!(15),
+                14 => sums!(14),
+                13 => sums!(13),
                 12 => sums!(12),
                 11 => sums!(11),
                 10 => sums!(10),
@@ -339,18 +370,25 @@ mod avx512 {
                 2 => sums!(2),
                 _ => sums!(1),
             }
-            let kept = ((1u32 << to.keep.count_ones()) - 1) as __mmask16;
-            for v in 0..2 {
-                // Rows are positions, lanes channels: transposed, rows are channels.
-                let mut t = [_mm512_setzero_ps(); 16];
-                for (t, a) in t.iter_mut().zip(&acc) {
-                    *t = a[v];
+            // Sixteen positions at a time: the kept ones of each group follow those
+            // of the groups before it.
+            let mut first = to.first;
+            for p0 in (0..count).step_by(16) {
+                let keep = (to.keep >> p0) as u16;
+                let kept = ((1u32 << keep.count_ones()) - 1) as __mmask16;
+                for v in 0..V {
+                    // Rows are positions, lanes channels: transposed, rows are channels.
+                    let mut t = [_mm512_setzero_ps(); 16];
+                    for (t, a) in t.iter_mut().zip(&acc[p0..]) {
+                        *t = a[v];
+                    }
+                    transpose16(&mut t);
+                    for (o, &t) in t.iter().enumerate().take(to.chans.saturating_sub(16 * v)) {
+                        let dst = to.y.add((16 * v + o) * to.plane + first);
+                        _mm512_mask_storeu_ps(dst, kept, _mm512_maskz_compress_ps(keep, t));
+                    }
                 }
-                transpose16(&mut t);
-                for (o, &t) in t.iter().enumerate().take(to.chans.saturating_sub(16 * v)) {
-                    let dst = to.y.add((16 * v + o) * to.plane + to.first);
-                    _mm512_mask_storeu_ps(dst, kept, _mm512_maskz_compress_ps(to.keep, t));
-                }
+                first += keep.count_ones() as usize;
             }
         }
     }
