@@ -215,7 +215,7 @@ pub fn run(root: &Path, opts: &Options) -> Result<()> {
 /// GFLOP of one run of `model` on the first sample of `data_dir`: Conv, ConvTranspose,
 /// MatMul and Gemm as 2 x multiply-adds, from the shapes a run produces (as
 /// tools/cone_flops.py counts them; other nodes are not counted).
-fn gflop(model: &hmct_ir::Model, data_dir: &Path) -> Result<f64> {
+pub(crate) fn gflop(model: &hmct_ir::Model, data_dir: &Path) -> Result<f64> {
     let session = Session::new(plan_model(model)?, 1)?;
     let plan = session.plan();
     let sample = Dataset::open(data_dir, &plan.input_specs())?.sample(0)?;

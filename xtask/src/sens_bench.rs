@@ -91,6 +91,44 @@ struct Target {
     data: PathBuf,
 }
 
+/// The speed-up our way would reach if its probes ran at another speed per unit of
+/// work: the cone arithmetic of issue 21, measured rather than estimated. A probe's
+/// time is its cone's share of a full run times the time of a full run, so scaling
+/// our probe time by (other full-run time / our full-run time) keeps each cone as
+/// it is and swaps only the kernels; the rest of our time (start, loading, the float
+/// pass, metrics) stays as measured.
+#[derive(Clone, Copy, Debug)]
+struct Bounds {
+    /// Our full run per sample and onnxruntime's (the runs of its sweep), seconds.
+    ours_run: f64,
+    ort_run: f64,
+    /// With our probes at onnxruntime's full-run speed.
+    at_parity: f64,
+    /// With every multiply-add of our probes at the measured f32 FMA peak (and the
+    /// rest of a run free): no f32 engine does better on this machine.
+    at_peak: f64,
+}
+
+impl Bounds {
+    fn new(
+        ours_total: f64,
+        probes: f64,
+        ort_total: f64,
+        ours_run: f64,
+        ort_run: f64,
+        peak_run: f64,
+    ) -> Bounds {
+        let rest = (ours_total - probes).max(0.0);
+        let with = |run: f64| ort_total / (rest + probes * run / ours_run);
+        Bounds {
+            ours_run,
+            ort_run,
+            at_parity: with(ort_run),
+            at_peak: with(peak_run),
+        }
+    }
+}
+
 /// One measurement of one model at one thread count.
 struct Row {
     label: String,
@@ -100,6 +138,9 @@ struct Row {
     /// Wall time of our probes (from `--timings`).
     probes: Option<f64>,
     ort: f64,
+    /// What the speed-up would be with our probes at other per-run speeds (see
+    /// [`Bounds`]), when the timings needed were there.
+    bounds: Option<Bounds>,
     /// The comparison of the rankings: `Ok(summary)` or `Err(problem)`.
     agreement: std::result::Result<String, String>,
 }
@@ -287,6 +328,27 @@ fn measure(
     println!("candidates {}", ours_rank.len());
     println!("onnxruntime{ort_secs:8.1} s");
     println!("speedup    {:8.1}x", ort_secs / ours_secs);
+    let probes = timings.iter().find_map(|l| probes_secs(l));
+    let bounds = match (probes, ort_run_secs(&ort_json, args.data_num)?) {
+        (Some(probes), Some(ort_run)) => {
+            let ours_run = forward_secs(ours, calibrated, &target.data, threads)?;
+            let gflop = crate::bench_ort::gflop(&hmct_ir::load_model(calibrated)?, &target.data)?;
+            let peak_run = gflop / crate::peak::f32_gflops(root, threads)?;
+            let b = Bounds::new(ours_secs, probes, ort_secs, ours_run, ort_run, peak_run);
+            println!(
+                "full run   ours {:.2} ms, onnxruntime {:.2} ms, {gflop:.2} GFLOP ({:.2} ms at the FMA peak)",
+                ours_run * 1e3,
+                ort_run * 1e3,
+                peak_run * 1e3
+            );
+            println!(
+                "bounds     {:.1}x with our probes at onnxruntime's speed per run, {:.1}x at the FMA peak",
+                b.at_parity, b.at_peak
+            );
+            Some(b)
+        }
+        _ => None,
+    };
     match &agreement {
         Ok(summary) => println!("rankings   agree: {summary}"),
         Err(problem) => println!("rankings   DISAGREE: {problem}"),
@@ -296,10 +358,67 @@ fn measure(
         threads,
         candidates: ours_rank.len(),
         ours: ours_secs,
-        probes: timings.iter().find_map(|l| probes_secs(l)),
+        probes,
         ort: ort_secs,
+        bounds,
         agreement,
     })
+}
+
+/// onnxruntime's time per full run of one sample in its sweep: every candidate and the
+/// float reference run each sample once (`timings.run` over `probes` x samples).
+fn ort_run_secs(json: &Path, samples: usize) -> Result<Option<f64>> {
+    let v: Value = serde_json::from_str(
+        &std::fs::read_to_string(json).with_context(|| format!("reading {}", json.display()))?,
+    )?;
+    let run = v["timings"]["run"].as_f64();
+    let probes = v["probes"].as_f64();
+    let samples = v["data_num"].as_f64().unwrap_or(samples as f64);
+    Ok(match (run, probes) {
+        (Some(run), Some(p)) if p > 0.0 && samples > 0.0 => Some(run / (p * samples)),
+        _ => None,
+    })
+}
+
+/// Our median time per full float run of one sample (`hmct-debugger run --float
+/// --repeat 3`), in seconds.
+fn forward_secs(ours: &Path, model: &Path, data: &Path, threads: usize) -> Result<f64> {
+    let out = Command::new(ours)
+        .arg("run")
+        .arg(model)
+        .arg(data)
+        .args([
+            "--float",
+            "--repeat",
+            "3",
+            "--threads",
+            &threads.to_string(),
+        ])
+        .output()
+        .context("starting hmct-debugger run")?;
+    if !out.status.success() {
+        bail!(
+            "hmct-debugger run failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    median_ms(&text)
+        .map(|ms| ms * 1e-3)
+        .with_context(|| format!("no 'median time per run' in hmct-debugger run's output:\n{text}"))
+}
+
+/// The figure of a "median time per run: 1.234 ms" line.
+fn median_ms(text: &str) -> Option<f64> {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("median time per run:"))?;
+    line["median time per run:".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// The probes' wall time in a `timings:` line ("... probes 12.345 s wall ...").
@@ -312,12 +431,29 @@ fn probes_secs(line: &str) -> Option<f64> {
 fn summary(rows: &[Row], threads: &[usize]) {
     println!();
     println!(
-        "{:<28} {:>10} {:>7} {:>10} {:>10} {:>16} {:>9}  rankings",
-        "model", "candidates", "threads", "ours s", "probes s", "onnxruntime s", "speed-up"
+        "{:<28} {:>10} {:>7} {:>10} {:>10} {:>16} {:>9} {:>14} {:>9} {:>9}  rankings",
+        "model",
+        "candidates",
+        "threads",
+        "ours s",
+        "probes s",
+        "onnxruntime s",
+        "speed-up",
+        "run ours/ort",
+        "parity",
+        "peak"
     );
     for r in rows {
+        let (run_ratio, parity, peak) = match r.bounds {
+            Some(b) => (
+                format!("{:.2}", b.ours_run / b.ort_run),
+                format!("{:.1}x", b.at_parity),
+                format!("{:.1}x", b.at_peak),
+            ),
+            None => Default::default(),
+        };
         println!(
-            "{:<28} {:>10} {:>7} {:>10.1} {:>10} {:>16.1} {:>8.1}x  {}",
+            "{:<28} {:>10} {:>7} {:>10.1} {:>10} {:>16.1} {:>8.1}x {run_ratio:>14} {parity:>9} {peak:>9}  {}",
             r.label,
             r.candidates,
             r.threads,
@@ -338,6 +474,9 @@ fn summary(rows: &[Row], threads: &[usize]) {
         return;
     }
     println!();
+    println!(
+        "parity / peak: the speed-up with our probes at onnxruntime's time per full run, or with their multiply-adds at the measured FMA peak (cones and the rest of our time as measured)"
+    );
     println!(
         "scaling from {one} to {most} threads (time at {one} / time at {most}); N processes of one thread each (--shard I/N) are not measured by this bench yet"
     );
@@ -414,6 +553,23 @@ fn compare(
 #[cfg(test)]
 mod tests {
     use super::probes_secs;
+
+    #[test]
+    fn bounds_swap_only_the_probe_kernels() {
+        // 10 s ours, 8 of them probes; onnxruntime 30 s. Probes at half our run time
+        // take 4 s: 30 / (2 + 4).
+        let b = super::Bounds::new(10.0, 8.0, 30.0, 0.010, 0.005, 0.0025);
+        assert!((b.at_parity - 5.0).abs() < 1e-12);
+        assert!((b.at_peak - 7.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn reads_the_median_of_a_run() {
+        let text =
+            "ran the float model on 8 sample(s)\nmedian time per run: 11.489 ms over 24 runs\n";
+        assert_eq!(super::median_ms(text), Some(11.489));
+        assert_eq!(super::median_ms("nothing"), None);
+    }
 
     #[test]
     fn reads_the_probe_time_of_a_timings_line() {
