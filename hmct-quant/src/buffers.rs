@@ -60,7 +60,21 @@ pub(crate) fn take<T: Copy + Default + 'static>(n: usize) -> Vec<T> {
     {
         return *v;
     }
-    vec![T::default(); n]
+    let mut v = vec![T::default(); n];
+    poison(&mut v);
+    v
+}
+
+/// In unit tests, fresh f32 buffers from [`take`] hold NaN rather than zeros, so a
+/// kernel that leaves a value unwritten (a padding cell, say) fails its test instead
+/// of passing on the allocator's zeros.
+fn poison<T: 'static>(v: &mut Vec<T>) {
+    #[cfg(test)]
+    if let Some(f) = (v as &mut dyn Any).downcast_mut::<Vec<f32>>() {
+        f.fill(f32::NAN);
+    }
+    #[cfg(not(test))]
+    let _ = v;
 }
 
 /// A buffer of `n` elements all equal to `value`.
