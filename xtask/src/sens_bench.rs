@@ -11,7 +11,11 @@
 //! with `hmct-debugger calibrate` (into target/sens-bench/). At each thread count the
 //! two sides run one after the other, ours first; the machine should be otherwise
 //! idle. The summary also says how each side scales from one thread to more (the
-//! probes of ours: their wall time from `--timings`).
+//! probes of ours: their wall time from `--timings`), and how ours scales as that
+//! many one-thread processes, each ranking a part of the candidates (`--shard I/N`,
+//! then `merge`; the merged ranking must equal the one-process ranking exactly). Each
+//! measurement also prints the speed-up our probes would give at onnxruntime's
+//! speed per full run and at the measured FMA peak (the cone arithmetic, measured).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -141,6 +145,9 @@ struct Row {
     /// What the speed-up would be with our probes at other per-run speeds (see
     /// [`Bounds`]), when the timings needed were there.
     bounds: Option<Bounds>,
+    /// At more than one thread: the wall time of as many one-thread processes, each
+    /// ranking its part of the candidates (`--shard I/N`), and `merge`.
+    sharded: Option<f64>,
     /// The comparison of the rankings: `Ok(summary)` or `Err(problem)`.
     agreement: std::result::Result<String, String>,
 }
@@ -323,6 +330,18 @@ fn measure(
     )?;
 
     let (metric, ours_rank) = ranking(&ours_json)?;
+    let sharded = if threads > 1 {
+        let (secs, merged) = sharded(ours, calibrated, target, args, threads, out_dir)?;
+        if let Err(problem) = compare(&ours_rank, &merged, &metric, 0.0) {
+            bail!("{threads} sharded processes gave another ranking than one process: {problem}");
+        }
+        println!(
+            "processes  {secs:8.1} s as {threads} processes of one thread (--shard I/{threads}, then merge; the same ranking)"
+        );
+        Some(secs)
+    } else {
+        None
+    };
     let (_, ort_rank) = ranking(&ort_json)?;
     let agreement = compare(&ours_rank, &ort_rank, &metric, args.tolerance);
     println!("candidates {}", ours_rank.len());
@@ -361,8 +380,69 @@ fn measure(
         probes,
         ort: ort_secs,
         bounds,
+        sharded,
         agreement,
     })
+}
+
+/// Ranks the candidates as `n` concurrent one-thread processes, each taking part
+/// `I/n` (`--shard`), then `merge`s the parts: the wall time of the whole, and the
+/// merged ranking.
+fn sharded(
+    ours: &Path,
+    calibrated: &Path,
+    target: &Target,
+    args: &Args,
+    n: usize,
+    out_dir: &Path,
+) -> Result<(f64, Vec<(String, f64)>)> {
+    eprintln!(
+        "{}: ours as {n} processes of one thread (--shard I/{n})",
+        target.label
+    );
+    let parts: Vec<PathBuf> = (1..=n)
+        .map(|i| out_dir.join(format!("{}_part{i}of{n}.json", target.label)))
+        .collect();
+    let start = Instant::now();
+    let children = parts
+        .iter()
+        .enumerate()
+        .map(|(i, part)| {
+            Command::new(ours)
+                .arg("get-sensitivity-of-nodes")
+                .arg(calibrated)
+                .arg(&target.data)
+                .args(["-n", &args.node_type, "-d", &args.data_num.to_string()])
+                .args(["--threads", "1", "--shard", &format!("{}/{n}", i + 1)])
+                .arg("--json")
+                .arg(part)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .context("starting a --shard run")
+        })
+        .collect::<Result<Vec<_>>>()?;
+    for child in children {
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            bail!(
+                "a --shard run failed ({}):\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    let merged = out_dir.join(format!("{}_merged{n}.json", target.label));
+    timed(
+        Command::new(ours)
+            .arg("merge")
+            .args(&parts)
+            .arg("--json")
+            .arg(&merged),
+        "hmct-debugger merge",
+    )?;
+    let secs = start.elapsed().as_secs_f64();
+    Ok((secs, ranking(&merged)?.1))
 }
 
 /// onnxruntime's time per full run of one sample in its sweep: every candidate and the
@@ -478,11 +558,15 @@ fn summary(rows: &[Row], threads: &[usize]) {
         "parity / peak: the speed-up with our probes at onnxruntime's time per full run, or with their multiply-adds at the measured FMA peak (cones and the rest of our time as measured)"
     );
     println!(
-        "scaling from {one} to {most} threads (time at {one} / time at {most}); N processes of one thread each (--shard I/N) are not measured by this bench yet"
+        "scaling from {one} to {most} threads (time at {one} / time at {most}); ours also as {most} processes of one thread each (--shard I/{most}, then merge)"
     );
     println!(
-        "{:<28} {:>10} {:>10} {:>14}",
-        "model", "ours", "probes", "onnxruntime"
+        "{:<28} {:>10} {:>10} {:>14} {:>16}",
+        "model",
+        "ours",
+        "probes",
+        "onnxruntime",
+        format!("{most} processes")
     );
     let mut labels: Vec<&str> = rows.iter().map(|r| r.label.as_str()).collect();
     labels.dedup();
@@ -493,8 +577,12 @@ fn summary(rows: &[Row], threads: &[usize]) {
                 (Some(x), Some(y)) => format!("{:.2}x", x / y),
                 _ => String::new(),
             };
+            let processes = b
+                .sharded
+                .map(|p| format!("{:.2}x", a.ours / p))
+                .unwrap_or_default();
             println!(
-                "{label:<28} {:>9.2}x {probes:>10} {:>13.2}x",
+                "{label:<28} {:>9.2}x {probes:>10} {:>13.2}x {processes:>16}",
                 a.ours / b.ours,
                 a.ort / b.ort
             );
