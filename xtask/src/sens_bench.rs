@@ -95,21 +95,23 @@ struct Target {
     data: PathBuf,
 }
 
-/// The speed-up our way would reach if its probes ran at another speed per unit of
-/// work: the cone arithmetic of issue 21, measured rather than estimated. A probe's
-/// time is its cone's share of a full run times the time of a full run, so scaling
-/// our probe time by (other full-run time / our full-run time) keeps each cone as
-/// it is and swaps only the kernels; the rest of our time (start, loading, the float
-/// pass, metrics) stays as measured.
+/// The speed-up our way would reach if its probes ran at another speed per core: the
+/// cone arithmetic of issue 21, measured rather than estimated. At any thread count
+/// our probes are single-thread tasks side by side, and a probe's time is its cone's
+/// share of a full run times a full run's time on one core; so scaling our probe time
+/// by (other one-thread full-run time / our one-thread full-run time) keeps every cone
+/// as it is and swaps only the kernels. The rest of our time (start, loading, the
+/// float pass, metrics) stays as measured.
 #[derive(Clone, Copy, Debug)]
 struct Bounds {
-    /// Our full run per sample and onnxruntime's (the runs of its sweep), seconds.
+    /// Our full run of one sample on one thread, seconds.
     ours_run: f64,
-    ort_run: f64,
-    /// With our probes at onnxruntime's full-run speed.
-    at_parity: f64,
-    /// With every multiply-add of our probes at the measured f32 FMA peak (and the
-    /// rest of a run free): no f32 engine does better on this machine.
+    /// onnxruntime's on one thread (the runs of its one-thread sweep), when measured.
+    ort_run: Option<f64>,
+    /// With our probes at onnxruntime's one-thread speed per run.
+    at_parity: Option<f64>,
+    /// With every multiply-add of our probes at one core's measured f32 FMA peak (and
+    /// the rest of a run free): no f32 engine does better on this machine.
     at_peak: f64,
 }
 
@@ -119,7 +121,7 @@ impl Bounds {
         probes: f64,
         ort_total: f64,
         ours_run: f64,
-        ort_run: f64,
+        ort_run: Option<f64>,
         peak_run: f64,
     ) -> Bounds {
         let rest = (ours_total - probes).max(0.0);
@@ -127,7 +129,7 @@ impl Bounds {
         Bounds {
             ours_run,
             ort_run,
-            at_parity: with(ort_run),
+            at_parity: ort_run.map(with),
             at_peak: with(peak_run),
         }
     }
@@ -145,6 +147,8 @@ struct Row {
     /// What the speed-up would be with our probes at other per-run speeds (see
     /// [`Bounds`]), when the timings needed were there.
     bounds: Option<Bounds>,
+    /// onnxruntime's time per full run of one sample in its sweep.
+    ort_run: Option<f64>,
     /// At more than one thread: the wall time of as many one-thread processes, each
     /// ranking its part of the candidates (`--shard I/N`), and `merge`.
     sharded: Option<f64>,
@@ -215,6 +219,11 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
                 &calibrated,
                 threads,
                 &out_dir,
+                // onnxruntime's one-thread run time, from this model's one-thread row.
+                rows.iter()
+                    .rev()
+                    .find(|r: &&Row| r.label == target.label && r.threads == 1)
+                    .and_then(|r| r.ort_run),
             ) {
                 Ok(row) => rows.push(row),
                 // One model onnxruntime or we cannot run does not stop the others.
@@ -273,6 +282,7 @@ fn measure(
     calibrated: &Path,
     threads: usize,
     out_dir: &Path,
+    ort_run_1thread: Option<f64>,
 ) -> Result<Row> {
     let (d, t) = (args.data_num.to_string(), threads.to_string());
     let stem = format!("{}_t{threads}", target.label);
@@ -348,25 +358,32 @@ fn measure(
     println!("onnxruntime{ort_secs:8.1} s");
     println!("speedup    {:8.1}x", ort_secs / ours_secs);
     let probes = timings.iter().find_map(|l| probes_secs(l));
-    let bounds = match (probes, ort_run_secs(&ort_json, args.data_num)?) {
-        (Some(probes), Some(ort_run)) => {
-            let ours_run = forward_secs(ours, calibrated, &target.data, threads)?;
+    let ort_run = ort_run_secs(&ort_json, args.data_num)?;
+    let ort_run_1 = if threads == 1 {
+        ort_run
+    } else {
+        ort_run_1thread
+    };
+    let bounds = match probes {
+        Some(probes) => {
+            let ours_run = forward_secs(ours, calibrated, &target.data, 1)?;
             let gflop = crate::bench_ort::gflop(&hmct_ir::load_model(calibrated)?, &target.data)?;
-            let peak_run = gflop / crate::peak::f32_gflops(root, threads)?;
-            let b = Bounds::new(ours_secs, probes, ort_secs, ours_run, ort_run, peak_run);
+            let peak_run = gflop / crate::peak::f32_gflops(root, 1)?;
+            let b = Bounds::new(ours_secs, probes, ort_secs, ours_run, ort_run_1, peak_run);
+            let ort = ort_run_1.map_or("not measured".into(), |r| format!("{:.2} ms", r * 1e3));
             println!(
-                "full run   ours {:.2} ms, onnxruntime {:.2} ms, {gflop:.2} GFLOP ({:.2} ms at the FMA peak)",
+                "full run   on one thread: ours {:.2} ms, onnxruntime {ort}, {gflop:.2} GFLOP ({:.2} ms at the FMA peak)",
                 ours_run * 1e3,
-                ort_run * 1e3,
                 peak_run * 1e3
             );
+            let parity = b.at_parity.map_or("-".into(), |p| format!("{p:.1}x"));
             println!(
-                "bounds     {:.1}x with our probes at onnxruntime's speed per run, {:.1}x at the FMA peak",
-                b.at_parity, b.at_peak
+                "bounds     {parity} with our probes at onnxruntime's speed per run and core, {:.1}x at the FMA peak",
+                b.at_peak
             );
             Some(b)
         }
-        _ => None,
+        None => None,
     };
     match &agreement {
         Ok(summary) => println!("rankings   agree: {summary}"),
@@ -380,6 +397,7 @@ fn measure(
         probes,
         ort: ort_secs,
         bounds,
+        ort_run,
         sharded,
         agreement,
     })
@@ -526,8 +544,10 @@ fn summary(rows: &[Row], threads: &[usize]) {
     for r in rows {
         let (run_ratio, parity, peak) = match r.bounds {
             Some(b) => (
-                format!("{:.2}", b.ours_run / b.ort_run),
-                format!("{:.1}x", b.at_parity),
+                b.ort_run
+                    .map(|o| format!("{:.2}", b.ours_run / o))
+                    .unwrap_or_default(),
+                b.at_parity.map(|p| format!("{p:.1}x")).unwrap_or_default(),
                 format!("{:.1}x", b.at_peak),
             ),
             None => Default::default(),
@@ -555,7 +575,7 @@ fn summary(rows: &[Row], threads: &[usize]) {
     }
     println!();
     println!(
-        "parity / peak: the speed-up with our probes at onnxruntime's time per full run, or with their multiply-adds at the measured FMA peak (cones and the rest of our time as measured)"
+        "run ours/ort: a full run on one thread; parity / peak: the speed-up with our probes at onnxruntime's one-thread time per full run, or with their multiply-adds at one core's measured FMA peak (cones, thread count and the rest of our time as measured)"
     );
     println!(
         "scaling from {one} to {most} threads (time at {one} / time at {most}); ours also as {most} processes of one thread each (--shard I/{most}, then merge)"
@@ -646,8 +666,8 @@ mod tests {
     fn bounds_swap_only_the_probe_kernels() {
         // 10 s ours, 8 of them probes; onnxruntime 30 s. Probes at half our run time
         // take 4 s: 30 / (2 + 4).
-        let b = super::Bounds::new(10.0, 8.0, 30.0, 0.010, 0.005, 0.0025);
-        assert!((b.at_parity - 5.0).abs() < 1e-12);
+        let b = super::Bounds::new(10.0, 8.0, 30.0, 0.010, Some(0.005), 0.0025);
+        assert!((b.at_parity.unwrap() - 5.0).abs() < 1e-12);
         assert!((b.at_peak - 7.5).abs() < 1e-12);
     }
 
