@@ -104,6 +104,32 @@ pub(crate) fn venv(root: &Path, name: &str, stamp: &str, args: &[String]) -> Res
     Ok(python)
 }
 
+/// Our median time of one warm run of `model` on the first sample of `data_dir`, in
+/// seconds, in this process (`runs` runs after one that packs the weights).
+pub(crate) fn warm_run_secs(
+    model: &hmct_ir::Model,
+    data_dir: &Path,
+    threads: usize,
+    runs: usize,
+) -> Result<f64> {
+    let session = Session::new(plan_model(model)?, threads)?;
+    let sample = Dataset::open(data_dir, &session.plan().input_specs())?.sample(0)?;
+    let inputs: Vec<(&str, Tensor)> = sample
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.clone()))
+        .collect();
+    let config = Config::float();
+    session.run(&inputs, &config)?;
+    let times = (0..runs.max(1))
+        .map(|_| {
+            let start = Instant::now();
+            session.run(&inputs, &config)?;
+            Ok(start.elapsed().as_secs_f64())
+        })
+        .collect::<Result<Vec<f64>>>()?;
+    Ok(median(times))
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]

@@ -95,6 +95,28 @@ struct Target {
     data: PathBuf,
 }
 
+/// What every row of a model shares: our full run of one sample on one thread
+/// (in-process, warm) and the model's arithmetic.
+#[derive(Clone, Copy)]
+struct OneThread {
+    ours_run: f64,
+    gflop: f64,
+    /// A full run's multiply-adds at one core's measured FMA peak, seconds.
+    peak_run: f64,
+}
+
+impl OneThread {
+    fn measure(root: &Path, model: &Path, data: &Path) -> Result<OneThread> {
+        let model = hmct_ir::load_model(model)?;
+        let gflop = crate::bench_ort::gflop(&model, data)?;
+        Ok(OneThread {
+            ours_run: crate::bench_ort::warm_run_secs(&model, data, 1, 5)?,
+            gflop,
+            peak_run: gflop / crate::peak::f32_gflops(root, 1)?,
+        })
+    }
+}
+
 /// The speed-up our way would reach if its probes ran at another speed per core: the
 /// cone arithmetic of issue 21, measured rather than estimated. At any thread count
 /// our probes are single-thread tasks side by side, and a probe's time is its cone's
@@ -209,6 +231,13 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
     let mut rows = Vec::new();
     for target in targets(root, args)? {
         let calibrated = calibrated(&ours, &target, &out_dir)?;
+        let one_thread = match OneThread::measure(root, &calibrated, &target.data) {
+            Ok(o) => o,
+            Err(e) => {
+                println!("{}: FAILED: {e:#}", target.label);
+                continue;
+            }
+        };
         for &threads in &args.threads {
             match measure(
                 root,
@@ -219,6 +248,7 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
                 &calibrated,
                 threads,
                 &out_dir,
+                &one_thread,
                 // onnxruntime's one-thread run time, from this model's one-thread row.
                 rows.iter()
                     .rev()
@@ -282,6 +312,7 @@ fn measure(
     calibrated: &Path,
     threads: usize,
     out_dir: &Path,
+    one_thread: &OneThread,
     ort_run_1thread: Option<f64>,
 ) -> Result<Row> {
     let (d, t) = (args.data_num.to_string(), threads.to_string());
@@ -366,9 +397,11 @@ fn measure(
     };
     let bounds = match probes {
         Some(probes) => {
-            let ours_run = forward_secs(ours, calibrated, &target.data, 1)?;
-            let gflop = crate::bench_ort::gflop(&hmct_ir::load_model(calibrated)?, &target.data)?;
-            let peak_run = gflop / crate::peak::f32_gflops(root, 1)?;
+            let OneThread {
+                ours_run,
+                gflop,
+                peak_run,
+            } = *one_thread;
             let b = Bounds::new(ours_secs, probes, ort_secs, ours_run, ort_run_1, peak_run);
             let ort = ort_run_1.map_or("not measured".into(), |r| format!("{:.2} ms", r * 1e3));
             println!(
@@ -476,47 +509,6 @@ fn ort_run_secs(json: &Path, samples: usize) -> Result<Option<f64>> {
         (Some(run), Some(p)) if p > 0.0 && samples > 0.0 => Some(run / (p * samples)),
         _ => None,
     })
-}
-
-/// Our median time per full float run of one sample (`hmct-debugger run --float
-/// --repeat 3`), in seconds.
-fn forward_secs(ours: &Path, model: &Path, data: &Path, threads: usize) -> Result<f64> {
-    let out = Command::new(ours)
-        .arg("run")
-        .arg(model)
-        .arg(data)
-        .args([
-            "--float",
-            "--repeat",
-            "3",
-            "--threads",
-            &threads.to_string(),
-        ])
-        .output()
-        .context("starting hmct-debugger run")?;
-    if !out.status.success() {
-        bail!(
-            "hmct-debugger run failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    median_ms(&text)
-        .map(|ms| ms * 1e-3)
-        .with_context(|| format!("no 'median time per run' in hmct-debugger run's output:\n{text}"))
-}
-
-/// The figure of a "median time per run: 1.234 ms" line.
-fn median_ms(text: &str) -> Option<f64> {
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("median time per run:"))?;
-    line["median time per run:".len()..]
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
 }
 
 /// The probes' wall time in a `timings:` line ("... probes 12.345 s wall ...").
@@ -669,14 +661,6 @@ mod tests {
         let b = super::Bounds::new(10.0, 8.0, 30.0, 0.010, Some(0.005), 0.0025);
         assert!((b.at_parity.unwrap() - 5.0).abs() < 1e-12);
         assert!((b.at_peak - 7.5).abs() < 1e-12);
-    }
-
-    #[test]
-    fn reads_the_median_of_a_run() {
-        let text =
-            "ran the float model on 8 sample(s)\nmedian time per run: 11.489 ms over 24 runs\n";
-        assert_eq!(super::median_ms(text), Some(11.489));
-        assert_eq!(super::median_ms("nothing"), None);
     }
 
     #[test]

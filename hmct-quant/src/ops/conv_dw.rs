@@ -55,7 +55,8 @@ pub(crate) fn fits(g: &Win3) -> bool {
         && (g.stride == [1, 1, 1] || g.stride == [1, 2, 2])
         && g.pad.iter().all(|&p| p >= 0)
         && (g.out_vol() <= 28 * 28 || g.k_vol() >= 25)
-        && (g.out[2] < 16 || (g.k_vol() >= 25 && g.out[2] <= 28 && g.stride[2] == 1) || !rows_fit)
+        // `dw_rows` takes planes 16+ wide, but for 5x5+ kernels of stride 1 up to 28.
+        && (!rows_fit || (g.k_vol() >= 25 && g.out[2] <= 28 && g.stride[2] == 1))
 }
 
 /// The band buffer's geometry: phase planes of `rows × width` positions.
