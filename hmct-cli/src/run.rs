@@ -132,18 +132,28 @@ fn print_profile(session: &hmct_quant::Session, times: &NodeTimes, runs: usize, 
     // A node that ran an element-wise chain as one pass timed the whole chain; the
     // chain's other nodes did not run on their own.
     let fused = |i: usize| session.fused_chain(i).filter(|_| times.fused_calls[i] > 0);
-    let label = |i: usize| match fused(i) {
-        Some(chain) => format!("fused chain of {}", chain.len()),
-        None => plan.nodes()[i].op_type.clone(),
+    // A node whose kernel ran the element-wise chain after it on its output (a Conv
+    // and its activation) timed both.
+    let tail = |i: usize| session.fused_tail(i).filter(|_| times.tail_calls[i] > 0);
+    let label = |i: usize| match (fused(i), tail(i)) {
+        (Some(chain), _) => format!("fused chain of {}", chain.len()),
+        (None, Some(tail)) if tail.len() <= 2 => std::iter::once(i)
+            .chain(tail.iter().copied())
+            .map(|j| plan.nodes()[j].op_type.as_str())
+            .collect::<Vec<_>>()
+            .join("+"),
+        (None, Some(tail)) => format!("{}+chain of {}", plan.nodes()[i].op_type, tail.len()),
+        (None, None) => plan.nodes()[i].op_type.clone(),
     };
     let mut by_op: Vec<(String, usize, Duration)> = Vec::new();
     for (i, &t) in times.total.iter().enumerate() {
         if times.calls[i] == 0 {
             continue;
         }
-        let op = match fused(i) {
-            Some(_) => "fused chains".to_string(),
-            None => plan.nodes()[i].op_type.clone(),
+        let op = match (fused(i), tail(i)) {
+            (Some(_), _) => "fused chains".to_string(),
+            (None, Some(_)) => format!("{} with tail", plan.nodes()[i].op_type),
+            (None, None) => plan.nodes()[i].op_type.clone(),
         };
         match by_op.iter_mut().find(|(o, _, _)| *o == op) {
             Some(entry) => {

@@ -198,6 +198,9 @@ pub struct NodeTimes {
     /// Calls in which the node ran the element-wise chain it starts
     /// ([`Session::fused_chain`]) as one pass; those calls' time is the whole chain's.
     pub fused_calls: Vec<u32>,
+    /// Calls in which the node's kernel also ran the element-wise chain that alone
+    /// reads its output ([`Session::fused_tail`]); those calls' time includes it.
+    pub tail_calls: Vec<u32>,
 }
 
 impl Session {
@@ -230,6 +233,7 @@ impl Session {
             total: vec![Duration::ZERO; n],
             calls: vec![0; n],
             fused_calls: vec![0; n],
+            tail_calls: vec![0; n],
         }));
         self
     }
@@ -269,6 +273,12 @@ impl Session {
     /// session may run them as one pass (see the `fusion` module).
     pub fn fused_chain(&self, node: usize) -> Option<&[usize]> {
         Some(&self.chains.starting_at(node)?.nodes)
+    }
+
+    /// The nodes of the element-wise chain that node `node`'s kernel may run on its
+    /// output as it stores it (a Conv's activation; see [`NodeTimes::tail_calls`]).
+    pub fn fused_tail(&self, node: usize) -> Option<&[usize]> {
+        Some(&self.chains.tail_of(node)?.nodes)
     }
 
     pub fn threads(&self) -> usize {
@@ -476,14 +486,45 @@ impl Session {
                 }
                 continue;
             }
-            let outputs = self.run_node(plan, i, &mut values, config, &keep, &last_use)?;
+            // An element-wise chain that alone reads this node's output, run by the
+            // kernel on its output as it stores it.
+            let tail = scope
+                .chains
+                .and_then(|c| c.tail_of(i))
+                .filter(|chain| tail_may_run(chain, &run_node, &keep));
+            let (outputs, tail_ran) = match tail {
+                Some(chain) => self.run_with_tail(plan, i, &values, chain)?,
+                None => (
+                    self.run_node(plan, i, &mut values, config, &keep, &last_use)?,
+                    false,
+                ),
+            };
             if let (Some(profile), Some(start)) = (scope.profile, start) {
                 let mut p = profile.lock().unwrap_or_else(|e| e.into_inner());
                 p.total[i] += start.elapsed();
                 p.calls[i] += 1;
+                if tail_ran {
+                    p.tail_calls[i] += 1;
+                }
             }
-            for (&slot, t) in node.outputs.iter().zip(outputs) {
-                values.slots[slot] = Some(t);
+            match tail.filter(|_| tail_ran) {
+                Some(chain) => {
+                    // The output is the chain's; the node's own and the chain's
+                    // intermediate values never existed.
+                    let out = outputs
+                        .into_iter()
+                        .next()
+                        .expect("a tail's node has one output");
+                    values.slots[chain.output] = Some(out);
+                    for &j in &chain.nodes {
+                        fused[j] = true;
+                    }
+                }
+                None => {
+                    for (&slot, t) in node.outputs.iter().zip(outputs) {
+                        values.slots[slot] = Some(t);
+                    }
+                }
             }
             for &s in node.inputs.iter().flatten() {
                 if last_use[s] == i && !keep[s] {
@@ -499,6 +540,44 @@ impl Session {
             }
         }
         Ok(values)
+    }
+
+    /// Runs kernel node `i` with `tail` on its output; returns whether the tail ran
+    /// (the output is then the tail's).
+    fn run_with_tail(
+        &self,
+        plan: &Plan,
+        i: usize,
+        values: &Values,
+        tail: &Chain,
+    ) -> Result<(Vec<Arc<Tensor>>, bool), RunError> {
+        let node = &plan.nodes[i];
+        let node_err = |source| RunError::Node {
+            node: node.name.clone(),
+            op_type: node.op_type.clone(),
+            opset: node.opset,
+            source,
+        };
+        let NodeOp::Kernel(kernel) = &node.op else {
+            unreachable!("tails are found for kernel nodes only")
+        };
+        let inputs: Vec<Option<Arc<Tensor>>> = node
+            .inputs
+            .iter()
+            .map(|s| s.map(|s| values.fetch(plan, s)).transpose())
+            .collect::<Result<_, _>>()?;
+        let refs: Vec<Option<&Tensor>> = inputs.iter().map(|t| t.as_deref()).collect();
+        let (out, ran) = kernel.run_with_tail(&refs, tail).map_err(node_err)?;
+        if out.len() > node.outputs.len() {
+            return Err(node_err(OpError::invalid(
+                "kernel returned too many outputs",
+            )));
+        }
+        let out = out
+            .into_iter()
+            .map(|t| Arc::new(t.into_standard_layout()))
+            .collect();
+        Ok((out, ran))
     }
 
     fn run_node(
@@ -691,6 +770,15 @@ impl Session {
             .push((fq.clone(), t.clone()));
         Ok(t)
     }
+}
+
+/// Whether `chain` may run as its input's producer's tail: every node of it has to
+/// run, and neither its input nor an intermediate value is kept (the chain alone
+/// reads its input, by [`Chains::tail_of`]).
+fn tail_may_run(chain: &Chain, run_node: &[bool], keep: &[bool]) -> bool {
+    chain.nodes.iter().all(|&j| run_node[j])
+        && !keep[chain.input]
+        && chain.internal.iter().all(|&s| !keep[s])
 }
 
 /// Runs `chain` as one pass when every node of it has to run, none of its

@@ -6,7 +6,9 @@
 use std::sync::Arc;
 
 use hmct_ir::Model;
-use hmct_ir::testing::build::{float_value, model, named_value, node};
+use hmct_ir::testing::build::{
+    float_attr, float_value, int_attr, ints_attr, model, named_value, node,
+};
 use hmct_quant::{Capture, Config, Session, plan_model};
 
 use hmct_tensor::{Tensor, tensor_to_proto};
@@ -248,7 +250,10 @@ fn the_classifier_fuses_its_chains() {
     let x = input(&[1, 3, 48, 192]);
     let fused = s.run(&[("x", x.clone())], &Config::float()).unwrap();
     let times = s.node_times().unwrap();
-    let chains = times.fused_calls.iter().filter(|&&c| c > 0).count();
+    // Chains run as a pass of their own or as a conv's tail.
+    let chains = (times.fused_calls.iter().zip(&times.tail_calls))
+        .filter(|&(&f, &t)| f > 0 || t > 0)
+        .count();
     assert!(chains >= 20, "only {chains} chains ran fused");
     let plain = Session::new(plan_model(&model).unwrap(), 1)
         .unwrap()
@@ -308,6 +313,147 @@ fn in_place_chains_read_their_input_before_overwriting_it() {
         assert_eq!(fused_calls(&s, "add"), 1, "{shape:?}");
         for (k, (a, b)) in got.iter().zip(&expected).enumerate() {
             assert_eq!(bits(a), bits(b), "{shape:?}, output {k}");
+        }
+    }
+}
+
+/// Smooth pseudo-random values in [-1, 1) (no NaN: a conv would spread it everywhere).
+fn smooth(n: usize, seed: u32) -> Vec<f32> {
+    (0..n as u32)
+        .map(|i| ((i.wrapping_mul(2654435761) ^ seed) % 2001) as f32 / 1000.0 - 1.0)
+        .collect()
+}
+
+/// Convs of every kernel path, each followed by an element-wise chain that alone reads
+/// its output, so that the conv runs the chain as it stores (its tail): the outputs
+/// are those of node-by-node runs bit for bit, serial and parallel, on plane sizes
+/// that take the channel-lanes, packed-GEMM, direct, depthwise-block and per-plane
+/// depthwise kernels. A conv whose output is also a graph output keeps its Relu apart.
+#[test]
+fn conv_tails_match_node_by_node_bit_for_bit() {
+    let conv = |name: &str, io: [&str; 3], k: i64, stride: i64, dil: i64, group: i64| {
+        let mut n = node(
+            name,
+            "Conv",
+            &[io[0], io[1], &format!("{}_b", io[1])],
+            &[io[2]],
+        );
+        let pad = k / 2 * dil;
+        n.attribute.push(ints_attr("pads", vec![pad; 4]));
+        n.attribute.push(ints_attr("strides", vec![stride; 2]));
+        n.attribute.push(ints_attr("dilations", vec![dil; 2]));
+        n.attribute.push(int_attr("group", group));
+        n
+    };
+    let weight = |name: &str, shape: &[usize], seed: u32| {
+        let n: usize = shape.iter().product();
+        let scale = 1.0 / (n / shape[0]) as f32;
+        let w = smooth(n, seed).iter().map(|v| v * scale * 3.0).collect();
+        [
+            constant(name, shape, w),
+            constant(
+                &format!("{name}_b"),
+                &[shape[0]],
+                smooth(shape[0], seed + 1),
+            ),
+        ]
+    };
+    let mut leaky = node("lk", "LeakyRelu", &["f"], &["y"]);
+    leaky.attribute.push(float_attr("alpha", 0.1));
+    let nodes = vec![
+        conv("c3", ["x", "w3", "a"], 3, 1, 1, 1),
+        node("relu", "Relu", &["a"], &["a1"]),
+        conv("c1", ["a1", "w1", "b"], 1, 1, 1, 1),
+        node("clip", "Clip", &["b", "zero", "six"], &["b1"]),
+        conv("c2", ["b1", "w2", "c"], 1, 1, 1, 1),
+        node("sig", "Sigmoid", &["c"], &["c1"]),
+        node("silu", "Mul", &["c", "c1"], &["c2"]),
+        conv("dw", ["c2", "wd", "d"], 3, 1, 1, 128),
+        node(
+            "bn",
+            "BatchNormalization",
+            &["d", "bn_s", "bn_b", "bn_m", "bn_v"],
+            &["d1"],
+        ),
+        node("hs_add", "Add", &["d1", "three"], &["d2"]),
+        node("hs_clip", "Clip", &["d2", "zero", "six"], &["d3"]),
+        node("hs_mul", "Mul", &["d1", "d3"], &["d4"]),
+        node("hs_div", "Div", &["d4", "six"], &["d5"]),
+        conv("c4", ["d5", "w4", "e"], 3, 2, 1, 1),
+        node("pc_mul", "Mul", &["e", "per40"], &["e1"]),
+        node("pc_add", "Add", &["e1", "one"], &["e2"]),
+        conv("dw5", ["e2", "w5", "f0"], 5, 1, 1, 40),
+        node("relu5", "Relu", &["f0"], &["f1"]),
+        conv("c6", ["f1", "w6", "f"], 3, 1, 2, 1),
+        leaky,
+        conv("c7", ["y", "w7", "g"], 1, 1, 1, 1),
+        node("relu7", "Relu", &["g"], &["z"]),
+        // Unpadded: the direct kernel sums positions over the input's rows (wide).
+        conv("c9", ["z", "w9", "v0"], 3, 1, 1, 1),
+        node("relu9", "Relu", &["v0"], &["v"]),
+    ];
+    let mut nodes = nodes;
+    let c9 = nodes.len() - 2;
+    nodes[c9].attribute[0] = ints_attr("pads", vec![0; 4]);
+    let mut inits: Vec<_> = [
+        weight("w3", &[64, 32, 3, 3], 1),
+        weight("w1", &[64, 64, 1, 1], 2),
+        weight("w2", &[128, 64, 1, 1], 3),
+        weight("wd", &[128, 1, 3, 3], 4),
+        weight("w4", &[40, 128, 3, 3], 5),
+        weight("w5", &[40, 1, 5, 5], 6),
+        weight("w6", &[24, 40, 3, 3], 7),
+        weight("w7", &[8, 24, 1, 1], 8),
+        weight("w9", &[16, 8, 3, 3], 14),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    inits.extend([
+        constant("zero", &[], vec![0.0]),
+        constant("three", &[], vec![3.0]),
+        constant("six", &[], vec![6.0]),
+        constant("one", &[], vec![1.0]),
+        constant("per40", &[1, 40, 1, 1], smooth(40, 9)),
+        constant("bn_s", &[128], smooth(128, 10)),
+        constant("bn_b", &[128], smooth(128, 11)),
+        constant("bn_m", &[128], smooth(128, 12)),
+        constant(
+            "bn_v",
+            &[128],
+            smooth(128, 13).iter().map(|v| v + 1.5).collect(),
+        ),
+    ]);
+    let tails = ["c3", "c1", "c2", "dw", "c4", "dw5", "c6", "c7", "c9"];
+    for (h, w) in [(32, 32), (56, 56), (7, 7), (13, 9), (112, 40)] {
+        let x = Tensor::from_f32(&[1, 32, h, w], smooth(32 * h * w, h as u32)).unwrap();
+        let proto = model(
+            vec![float_value("x", &[1, 32, h as i64, w as i64])],
+            nodes.clone(),
+            inits.clone(),
+            // `y`, c6's tail's output, is read by c7 and is a graph output: fine. c7's
+            // own output `g` as a graph output keeps its Relu apart.
+            vec![named_value("y"), named_value("v"), named_value("g")],
+        );
+        let model = Model::from_proto(proto, None).unwrap();
+        for threads in [1, 2] {
+            let fused = Session::new(plan_model(&model).unwrap(), threads)
+                .unwrap()
+                .with_profiling();
+            let got = fused.run(&[("x", x.clone())], &Config::float()).unwrap();
+            let plain = Session::new(plan_model(&model).unwrap(), threads)
+                .unwrap()
+                .without_fusion();
+            let want = plain.run(&[("x", x.clone())], &Config::float()).unwrap();
+            for (a, b) in got.iter().zip(&want) {
+                assert_eq!(bits(a), bits(b), "{h}x{w}, {threads} thread(s)");
+            }
+            let times = fused.node_times().unwrap();
+            for name in tails {
+                let i = fused.plan().node_index(name).unwrap();
+                let ran = times.tail_calls[i] > 0;
+                assert_eq!(ran, name != "c7", "{name}'s tail at {h}x{w}");
+            }
         }
     }
 }

@@ -124,6 +124,7 @@ pub(crate) fn conv(
     m: usize,
     group: usize,
     g: &Win3,
+    tail: Option<&crate::fusion::Tail>,
 ) {
     let (cg, mg) = (c / group, m / group);
     let pointwise = fits(g, mg, cg);
@@ -172,6 +173,8 @@ pub(crate) fn conv(
         // vector per position: its tiles take twice the positions, so that every
         // multiply-add still does 16 useful lanes.
         let per_tile = if chans <= 16 { 2 * PR } else { PR };
+        // The outputs the task writes in each channel: consecutive, from `written.0`.
+        let mut written: Option<(usize, usize)> = None;
         for q0 in positions.clone().step_by(per_tile) {
             let count = per_tile.min(positions.end - q0);
             // Positions kept: consecutive outputs, from `first`.
@@ -188,6 +191,8 @@ pub(crate) fn conv(
                 }
             }
             let Some(first) = first else { continue };
+            let end = first + keep.count_ones() as usize;
+            written = Some((written.map_or(first, |w| w.0), end));
             // SAFETY: AVX-512 was checked by `fits`/`fits_spatial`; the tile reads
             // `xg` at each row's offset plus positions below `positions.end` (inside
             // the copy or input, by construction of `lines`), writes the kept outputs
@@ -214,6 +219,14 @@ pub(crate) fn conv(
             {
                 let _ = (xg, wg, start, yp, first);
                 unreachable!("`fits` holds only with AVX-512");
+            }
+        }
+        if let (Some(tail), Some((from, to))) = (tail, written) {
+            for ch in 0..chans {
+                let at = (b * m + gi * mg + m0 + ch) * plane + from;
+                // SAFETY: outputs `from .. to` of this channel are this task's (above).
+                let span = unsafe { std::slice::from_raw_parts_mut(yp.0.add(at), to - from) };
+                tail.apply(at, span);
             }
         }
     };
@@ -467,9 +480,10 @@ mod tests {
                     m,
                     group,
                     &g,
+                    None,
                 );
                 let mut got = vec![f32::NAN; want.len()];
-                conv(&packed, &x, b, &mut got, n, c, m, group, &g);
+                conv(&packed, &x, b, &mut got, n, c, m, group, &g, None);
                 for (j, (a, e)) in got.iter().zip(&want).enumerate() {
                     assert_eq!(a.to_bits(), e.to_bits(), "case {i}, output {j}: {a} vs {e}");
                 }

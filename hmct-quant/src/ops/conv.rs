@@ -21,6 +21,7 @@ use super::arrays::{array, contiguous};
 use super::gemm_util::{self as gu, MatRef, Scalar, SendPtr};
 use super::window::{AutoPad, Win3, Window, WindowAttrs, split_row_stride2};
 use super::{Kernel, NodeSpec, OpError, input, opt_input};
+use crate::fusion::{Chain, Tail};
 
 pub(crate) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>> {
     let k: Result<Box<dyn Kernel>, OpError> = match spec.op_type {
@@ -163,7 +164,7 @@ impl ConvKernel {
                 )));
             }
         }
-        let (y, shape) = conv_nd::<f64>(
+        let (y, shape, _) = conv_nd::<f64>(
             &xv,
             x.shape(),
             &wv,
@@ -172,13 +173,63 @@ impl ConvKernel {
             &self.attrs,
             self.group,
             None,
+            None,
         )?;
         let y: Vec<i32> = y.into_iter().map(|v| v as i32).collect();
         Ok(vec![Tensor::I32(array(&shape, y)?)])
     }
 }
 
+impl ConvKernel {
+    /// The f32 conv, with `tail` run on its output as it is stored when it fits;
+    /// returns whether it ran.
+    fn run_f32(
+        &self,
+        xa: &ArrayD<f32>,
+        wa: &ArrayD<f32>,
+        b: Option<&Tensor>,
+        tail: Option<&Chain>,
+    ) -> Result<(Vec<Tensor>, bool), OpError> {
+        let bias = match b {
+            None => None,
+            Some(Tensor::F32(ba)) => Some(contiguous(ba)),
+            Some(o) => return Err(OpError::invalid(format!("bias of type {}", o.dtype()))),
+        };
+        let derived = wa.as_slice().and_then(|w| self.weights.derived(w.as_ptr()));
+        let (y, s, tail_ran) = conv_nd(
+            &contiguous(xa),
+            xa.shape(),
+            &contiguous(wa),
+            wa.shape(),
+            bias.as_deref(),
+            &self.attrs,
+            self.group,
+            derived.as_deref(),
+            tail,
+        )?;
+        Ok((vec![Tensor::F32(array(&s, y)?)], tail_ran))
+    }
+}
+
 impl Kernel for ConvKernel {
+    fn accepts_tail(&self) -> bool {
+        !self.integer
+    }
+
+    #[allow(private_interfaces)]
+    fn run_with_tail(
+        &self,
+        inputs: &[Option<&Tensor>],
+        tail: &Chain,
+    ) -> Result<(Vec<Tensor>, bool), OpError> {
+        match (input(inputs, 0)?, input(inputs, 1)?) {
+            (Tensor::F32(xa), Tensor::F32(wa)) if !self.integer => {
+                self.run_f32(xa, wa, opt_input(inputs, 2), Some(tail))
+            }
+            _ => self.run(inputs).map(|out| (out, false)),
+        }
+    }
+
     fn run(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpError> {
         if self.integer {
             return self.run_integer(inputs);
@@ -187,32 +238,14 @@ impl Kernel for ConvKernel {
         let w = input(inputs, 1)?;
         let b = opt_input(inputs, 2);
         match (x, w) {
-            (Tensor::F32(xa), Tensor::F32(wa)) => {
-                let bias = match b {
-                    None => None,
-                    Some(Tensor::F32(ba)) => Some(contiguous(ba)),
-                    Some(o) => return Err(OpError::invalid(format!("bias of type {}", o.dtype()))),
-                };
-                let derived = wa.as_slice().and_then(|w| self.weights.derived(w.as_ptr()));
-                let (y, s) = conv_nd(
-                    &contiguous(xa),
-                    xa.shape(),
-                    &contiguous(wa),
-                    wa.shape(),
-                    bias.as_deref(),
-                    &self.attrs,
-                    self.group,
-                    derived.as_deref(),
-                )?;
-                Ok(vec![Tensor::F32(array(&s, y)?)])
-            }
+            (Tensor::F32(xa), Tensor::F32(wa)) => Ok(self.run_f32(xa, wa, b, None)?.0),
             (Tensor::F64(xa), Tensor::F64(wa)) => {
                 let bias = match b {
                     None => None,
                     Some(Tensor::F64(ba)) => Some(contiguous(ba)),
                     Some(o) => return Err(OpError::invalid(format!("bias of type {}", o.dtype()))),
                 };
-                let (y, s) = conv_nd(
+                let (y, s, _) = conv_nd(
                     &contiguous(xa),
                     xa.shape(),
                     &contiguous(wa),
@@ -220,6 +253,7 @@ impl Kernel for ConvKernel {
                     bias.as_deref(),
                     &self.attrs,
                     self.group,
+                    None,
                     None,
                 )?;
                 Ok(vec![Tensor::F64(array(&s, y)?)])
@@ -231,7 +265,7 @@ impl Kernel for ConvKernel {
                     Some(Tensor::F16(ba)) => Some(up(ba)),
                     Some(o) => return Err(OpError::invalid(format!("bias of type {}", o.dtype()))),
                 };
-                let (y, s) = conv_nd(
+                let (y, s, _) = conv_nd(
                     &up(xa),
                     xa.shape(),
                     &up(wa),
@@ -239,6 +273,7 @@ impl Kernel for ConvKernel {
                     bias.as_deref(),
                     &self.attrs,
                     self.group,
+                    None,
                     None,
                 )?;
                 Ok(vec![Tensor::F16(array(
@@ -274,7 +309,8 @@ pub(crate) fn conv_nd<T: Scalar>(
     attrs: &WindowAttrs,
     group: usize,
     derived: Option<&Derived>,
-) -> Result<(Vec<T>, Vec<usize>), OpError> {
+    tail: Option<&Chain>,
+) -> Result<(Vec<T>, Vec<usize>, bool), OpError> {
     if xs.len() < 3 || ws.len() != xs.len() {
         return Err(OpError::invalid(format!(
             "Conv input {xs:?} and weight {ws:?}"
@@ -307,6 +343,12 @@ pub(crate) fn conv_nd<T: Scalar>(
     let g3 = Win3::new(&xs[2..], &win)?;
     let mut shape = vec![n, m];
     shape.extend_from_slice(&win.out);
+    // The tail runs on f32 outputs only; every path below runs it once bound.
+    let tail = tail
+        .filter(|_| TypeId::of::<T>() == TypeId::of::<f32>())
+        .and_then(|c| c.tail(&shape));
+    let tail = tail.as_ref();
+    let tail_ran = tail.is_some();
     let trimmed = trim_padding_taps(w, m * cg, &g3);
     let (w, g3, derived) = match &trimmed {
         // Trimmed weights are a new tensor per call: nothing of them is kept.
@@ -315,7 +357,7 @@ pub(crate) fn conv_nd<T: Scalar>(
     };
     let (in_vol, out_vol, k_vol) = (g3.in_vol(), g3.out_vol(), g3.k_vol());
     if n * m * out_vol == 0 {
-        return Ok((Vec::new(), shape));
+        return Ok((Vec::new(), shape, tail_ran));
     }
     if let (Some(xf), Some(wf)) = (f32_slice(x), f32_slice(w))
         && cg > 1
@@ -326,14 +368,18 @@ pub(crate) fn conv_nd<T: Scalar>(
         let yf = f32_slice_mut(&mut y).expect("T is f32, as x is");
         let bf = bias.and_then(f32_slice);
         conv_bands(isa, xf, wf, bf, yf, [n, c, m, group], &g3, &rects, derived);
-        return Ok((y, shape));
+        if let Some(t) = tail {
+            t.apply_all(yf);
+        }
+        return Ok((y, shape, tail_ran));
     }
     if in_vol == 1 && out_vol == 1 && k_vol == 1 && g3.pad == [0; 3] {
         // A 1x1 kernel on one position (the convs of squeeze-excitation blocks): a
         // matrix-vector product per image.
         let mut y = crate::buffers::take::<T>(n * m);
         single_position(x, w, bias, &mut y, c, m, group);
-        return Ok((y, shape));
+        apply_tail(tail, &mut y);
+        return Ok((y, shape, tail_ran));
     }
     let kdim = cg * k_vol;
     // A conv whose windows do not overlap (a 1x1 conv with a stride, a patch
@@ -383,21 +429,21 @@ pub(crate) fn conv_nd<T: Scalar>(
                 let pack = || super::packed_gemm::pack_conv_weights(wf, m, group, kdim);
                 let mut fresh = None;
                 let packed = kept_or_fresh(derived.map(|d| &d.packed), &mut fresh, pack);
-                super::packed_gemm::conv(packed, xf, bf, yf, n, c_f32, m, group, &g_f32);
+                super::packed_gemm::conv(packed, xf, bf, yf, n, c_f32, m, group, &g_f32, tail);
             } else if super::channel_lanes::fits(&g_f32, m / group, c_f32 / group)
                 || super::channel_lanes::fits_spatial(&g_f32, m / group, c_f32 / group)
             {
                 let pack = || super::channel_lanes::pack_weights(wf, m, group, kdim);
                 let mut fresh = None;
                 let packed = kept_or_fresh(derived.map(|d| &d.transposed), &mut fresh, pack);
-                super::channel_lanes::conv(packed, xf, bf, yf, n, c_f32, m, group, &g_f32);
+                super::channel_lanes::conv(packed, xf, bf, yf, n, c_f32, m, group, &g_f32, tail);
             } else {
-                super::conv_direct::conv(isa, xf, wf, bf, yf, n, c_f32, m, group, &g_f32);
+                super::conv_direct::conv(isa, xf, wf, bf, yf, n, c_f32, m, group, &g_f32, tail);
             }
             if let Some((xd, _)) = gathered {
                 crate::buffers::give_vec(xd);
             }
-            return Ok((y, shape));
+            return Ok((y, shape, tail_ran));
         }
     }
     let mg = m / group;
@@ -409,18 +455,18 @@ pub(crate) fn conv_nd<T: Scalar>(
             && super::conv_dw::fits(&g3)
         {
             let yf = f32_slice_mut(&mut y).expect("T is f32, as x is");
-            super::conv_dw::conv(xf, wf, bias.and_then(f32_slice), yf, n, c, &g3);
-            return Ok((y, shape));
+            super::conv_dw::conv(xf, wf, bias.and_then(f32_slice), yf, n, c, &g3, tail);
+            return Ok((y, shape, tail_ran));
         }
-        depthwise(x, w, bias, &mut y, &g3, m, mg);
-        return Ok((y, shape));
+        depthwise(x, w, bias, &mut y, &g3, m, mg, tail);
+        return Ok((y, shape, tail_ran));
     }
     let mut y = match bias {
         None => crate::buffers::take_filled(n * m * out_vol, T::zero()),
         Some(_) => crate::buffers::take(n * m * out_vol),
     };
     if y.is_empty() {
-        return Ok((y, shape));
+        return Ok((y, shape, tail_ran));
     }
     if let Some(b) = bias {
         for (i, plane) in y.chunks_mut(out_vol).enumerate() {
@@ -492,7 +538,15 @@ pub(crate) fn conv_nd<T: Scalar>(
     } else {
         (0..tasks).into_par_iter().for_each_init(Vec::new, run_task);
     }
-    Ok((y, shape))
+    apply_tail(tail, &mut y);
+    Ok((y, shape, tail_ran))
+}
+
+/// Runs `tail` on all of `y` (f32) after a kernel that does not run it as it stores.
+fn apply_tail<T: 'static>(tail: Option<&Tail>, y: &mut [T]) {
+    if let (Some(t), Some(yf)) = (tail, f32_slice_mut(y)) {
+        t.apply_all(yf);
+    }
 }
 
 /// A 1x1 conv without pads on an input of one position: each output is a dot product
@@ -741,7 +795,9 @@ fn conv_bands(
             None => std::sync::Arc::new(copy_taps()),
         };
         let mut out = crate::buffers::take::<f32>(n * m * rh * rw);
-        super::conv_direct::conv(isa, &crop, &taps, bias, &mut out, n, c, m, group, &sub);
+        super::conv_direct::conv(
+            isa, &crop, &taps, bias, &mut out, n, c, m, group, &sub, None,
+        );
         for (plane, src) in y.chunks_exact_mut(oh * ow).zip(out.chunks_exact(rh * rw)) {
             for (r, src_row) in src.chunks_exact(rw).enumerate() {
                 let at = (band.rows.start + r) * ow + band.cols.start;
@@ -851,6 +907,7 @@ fn im2col<T: Scalar>(x: &[T], cg: usize, g: &Win3, r0: usize, r1: usize, col: &m
 
 /// Direct conv for one input channel per group: each output plane (image, channel) is
 /// one parallel task that adds every kernel tap's contribution row by row.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn depthwise<T: Scalar>(
     x: &[T],
     w: &[T],
@@ -859,6 +916,7 @@ pub(super) fn depthwise<T: Scalar>(
     g: &Win3,
     m: usize,
     mg: usize,
+    tail: Option<&Tail>,
 ) {
     let (in_vol, out_vol, k_vol) = (g.in_vol(), g.out_vol(), g.k_vol());
     let c = m / mg;
@@ -867,6 +925,9 @@ pub(super) fn depthwise<T: Scalar>(
         let xc = &x[(b * c + mo / mg) * in_vol..][..in_vol];
         let start = bias.map_or(T::zero(), |b| b[mo]);
         dw_plane(xc, &w[mo * k_vol..][..k_vol], start, out, g, scratch);
+        if let (Some(t), Some(of)) = (tail, f32_slice_mut(out)) {
+            t.apply(i * out_vol, of);
+        }
     };
     if y.len() * k_vol < (1 << 18) || !crate::par::enabled() {
         let mut scratch = DwScratch::default();

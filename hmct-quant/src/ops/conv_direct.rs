@@ -22,6 +22,8 @@
 //! fused multiply-adds, whatever the instruction set, the tiling or the thread count,
 //! so the AVX2 and AVX-512 kernels give the same bits.
 
+use std::ops::Range;
+
 use rayon::prelude::*;
 
 use super::gemm_util::{Scalar, SendPtr};
@@ -54,6 +56,8 @@ const SERIAL_WORK: usize = 1 << 20;
 /// Most sums one task keeps in its wide-line buffer (256 KiB), which bounds the
 /// per-thread scratch that buffer leaves behind.
 const WIDE_SUMS: usize = 1 << 16;
+/// Outputs per channel an element-wise tail runs on at least, where lines allow.
+const TAIL_SPAN: usize = 512;
 
 impl Isa {
     /// Output channels and positions of one register tile.
@@ -195,6 +199,22 @@ impl Layout {
         self.row_step * self.row_len * self.slots
     }
 
+    /// The outputs (flat, in each channel plane) a task of lines `lines` and wide
+    /// positions `cols` writes: always a run, since tasks split planes in order.
+    fn wide_task_outputs(&self, g: &Win3, lines: Range<usize>, cols: Range<usize>) -> Range<usize> {
+        let ow = g.out[2];
+        match (self.copy, self.wide) {
+            // Over the input's rows, of which `iw - ow` positions each are dropped.
+            (false, Some(iw)) => {
+                let out = |p: usize| p / iw * ow + (p % iw).min(ow);
+                out(cols.start)..out(cols.end)
+            }
+            // Over the copy's rows: whole output rows.
+            (true, Some(_)) => lines.start * ow..lines.end * ow,
+            (_, None) => unreachable!("lines that are not wide are written as they are"),
+        }
+    }
+
     /// Positions of a task's lines `l0..l1`: as one wide line, or each line's.
     fn task_line_len(&self, lines: usize) -> usize {
         match (self.copy, self.wide) {
@@ -261,6 +281,7 @@ pub(crate) fn conv(
     m: usize,
     group: usize,
     g: &Win3,
+    tail: Option<&crate::fusion::Tail>,
 ) {
     let (cg, mg) = (c / group, m / group);
     let (mr, nr) = isa.tile();
@@ -394,17 +415,42 @@ pub(crate) fn conv(
                         (true, Some(_)) => l0..l0 + 1,
                         _ => l0..l1,
                     };
-                    for l in lines {
+                    // The tail runs on outputs once their last input block is summed,
+                    // while they are in cache: per line, or per channel block of a
+                    // line written a stream at a time (wide lines: at the task's end).
+                    let tail = tail.filter(|_| c0 + cn == cg && lay.wide.is_none());
+                    // Outputs of lines `ls` (whole lines when there are several) of
+                    // channels `chans`.
+                    let finish = |ls: Range<usize>, chans: Range<usize>| {
+                        let Some(tail) = tail else { return };
+                        let len = (ls.len() - 1) * lay.line_len + j1 - j0;
+                        for ch in chans {
+                            let at =
+                                (b * m + gi * mg + ch) * out_vol + ls.start * lay.line_len + j0;
+                            // SAFETY: outputs this task wrote (above), and only it.
+                            let span = unsafe { std::slice::from_raw_parts_mut(yp.0.add(at), len) };
+                            tail.apply(at, span);
+                        }
+                    };
+                    // Short lines are finished a few at a time: a call per line of 7
+                    // or 14 outputs cost more than the tail's arithmetic.
+                    let mut unfinished = lines.start;
+                    for l in lines.clone() {
                         if channels_inner {
                             // The tile's input stays in L1 across the channel's row blocks.
                             for j in (j0..j1).step_by(nr) {
                                 let len = nr.min(j1 - j);
                                 (m0..m1).step_by(mr).for_each(|mb| run(l, j, len, mb));
                             }
+                            if (l + 1 - unfinished) * (j1 - j0) >= TAIL_SPAN || l + 1 == lines.end {
+                                finish(unfinished..l + 1, m0..m1);
+                                unfinished = l + 1;
+                            }
                         } else {
                             // A tile's output rows are written at a time, a stream each.
                             for mb in (m0..m1).step_by(mr) {
                                 run(l, j0, j1 - j0, mb);
+                                finish(l..l + 1, mb..(mb + mr).min(m1));
                             }
                         }
                     }
@@ -417,6 +463,15 @@ pub(crate) fn conv(
                 unsafe { trim_wide(wide_buf, j0..j1, iw, g.out[2], yp.0.add(first), out_vol) };
             }
         });
+        if let Some(tail) = tail.filter(|_| lay.wide.is_some()) {
+            let outputs = lay.wide_task_outputs(g, l0..l1, j0..j1);
+            for ch in m0..m1 {
+                let at = (b * m + gi * mg + ch) * out_vol + outputs.start;
+                // SAFETY: the task's outputs of its channels, written above by it alone.
+                let span = unsafe { std::slice::from_raw_parts_mut(yp.0.add(at), outputs.len()) };
+                tail.apply(at, span);
+            }
+        }
     };
     if tasks == 1 || work < SERIAL_WORK || !crate::par::enabled() {
         (0..tasks).for_each(task);
@@ -893,6 +948,7 @@ pub(crate) mod tests {
             sh.m,
             sh.group,
             &g,
+            None,
         );
         y
     }

@@ -132,6 +132,7 @@ pub(crate) fn conv(
     n: usize,
     c: usize,
     g: &Win3,
+    tail: Option<&crate::fusion::Tail>,
 ) {
     assert!(fits(g));
     let (in_vol, out_vol, k_vol) = (g.in_vol(), g.out_vol(), g.k_vol());
@@ -171,7 +172,8 @@ pub(crate) fn conv(
         let yp = &yp;
         // SAFETY: AVX-512 was checked by `fits`; the task reads channels `c0 ..
         // c0 + nch` of image `b` (inside `x`, checked above) and writes output rows
-        // `o0 .. o1` of those channels, which no other task writes, inside `y`.
+        // `o0 .. o1` of those channels, which no other task writes, inside `y`; the
+        // tail rewrites those same outputs.
         #[cfg(target_arch = "x86_64")]
         unsafe {
             avx512::fill(xb, nch, g, &bands, o0, o1, buf);
@@ -179,6 +181,16 @@ pub(crate) fn conv(
             let wt = &wb[blk * k_vol * LANES..][..k_vol * LANES];
             let start = &bb[c0..c0 + LANES];
             avx512::sum(buf, wt, start, &bands, g, o0, o1, nch, yb, out_vol);
+            if let Some(tail) = tail {
+                let ow = g.out[2];
+                for ch in 0..nch {
+                    let first = (b * c + c0 + ch) * out_vol + o0 * ow;
+                    tail.apply(
+                        first,
+                        std::slice::from_raw_parts_mut(yp.0.add(first), (o1 - o0) * ow),
+                    );
+                }
+            }
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -419,9 +431,9 @@ mod tests {
             let bias = values(c, 3 * i as u64 + 2);
             for b in [None, Some(&bias[..])] {
                 let mut want = vec![0.0f32; n * c * g.out_vol()];
-                super::super::conv::depthwise(&x, &w, b, &mut want, &g, c, 1);
+                super::super::conv::depthwise(&x, &w, b, &mut want, &g, c, 1, None);
                 let mut got = vec![f32::NAN; want.len()];
-                conv(&x, &w, b, &mut got, n, c, &g);
+                conv(&x, &w, b, &mut got, n, c, &g, None);
                 for (j, (a, e)) in got.iter().zip(&want).enumerate() {
                     assert_eq!(a.to_bits(), e.to_bits(), "case {i}, output {j}: {a} vs {e}");
                 }

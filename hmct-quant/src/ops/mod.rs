@@ -122,6 +122,27 @@ pub trait Kernel: Send + Sync {
     fn element_step(&self) -> Option<elementwise::step::ElementStep> {
         None
     }
+
+    /// Whether [`Kernel::run_with_tail`] can run a chain of element-wise nodes on this
+    /// kernel's single output as it stores it (a Conv's Relu, Clip or SiLU): the
+    /// chain's pass over memory then reads outputs still in cache.
+    fn accepts_tail(&self) -> bool {
+        false
+    }
+
+    /// [`Kernel::run`], then `tail` on the output in place. Returns whether the tail
+    /// ran: when its operands do not fit the output, the output is the plain one and
+    /// the chain's nodes run after as usual. Outputs are those of the kernel followed
+    /// by the chain's nodes, bit for bit.
+    #[allow(private_interfaces)]
+    fn run_with_tail(
+        &self,
+        inputs: &[Option<&Tensor>],
+        tail: &crate::fusion::Chain,
+    ) -> Result<(Vec<Tensor>, bool), OpError> {
+        let _ = tail;
+        self.run(inputs).map(|out| (out, false))
+    }
 }
 
 /// [`Kernel::run`] with `owned` put back as input `i`; its buffer is recycled after.

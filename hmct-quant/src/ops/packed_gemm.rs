@@ -490,6 +490,7 @@ pub(crate) fn conv(
     m: usize,
     group: usize,
     g: &Win3,
+    tail: Option<&crate::fusion::Tail>,
 ) {
     use rayon::prelude::*;
     let (cg, mg) = (c / group, m / group);
@@ -522,12 +523,26 @@ pub(crate) fn conv(
         };
         let yp = &yp;
         // SAFETY: the task writes channels `gi·mg + rows` × positions `cols` of image
-        // `b`, which no other task writes, inside `y` (checked above); `available`
-        // was checked above.
+        // `b`, which no other task writes, inside `y` (checked above), then runs the
+        // tail on them; `available` was checked above.
         unsafe {
             let dst =
                 yp.0.add((b * m + gi * mg + rows.start) * out_vol + cols.start);
-            gemm(&w[gi], rows, cols, start, &ConvB { x: xg, g }, dst, out_vol);
+            gemm(
+                &w[gi],
+                rows.clone(),
+                cols.clone(),
+                start,
+                &ConvB { x: xg, g },
+                dst,
+                out_vol,
+            );
+            if let Some(tail) = tail {
+                for r in rows {
+                    let at = (b * m + gi * mg + r) * out_vol + cols.start;
+                    tail.apply(at, std::slice::from_raw_parts_mut(yp.0.add(at), cols.len()));
+                }
+            }
         }
     };
     if tasks == 1 || n * m * out_vol * kdim < SERIAL_WORK || !crate::par::enabled() {
@@ -582,9 +597,11 @@ mod tests {
         match isa {
             None => {
                 let packed = pack_conv_weights(&w, sh.m, sh.group, kdim);
-                conv(&packed, &x, b, &mut y, sh.n, sh.c, sh.m, sh.group, &g);
+                conv(&packed, &x, b, &mut y, sh.n, sh.c, sh.m, sh.group, &g, None);
             }
-            Some(isa) => conv_direct::conv(isa, &x, &w, b, &mut y, sh.n, sh.c, sh.m, sh.group, &g),
+            Some(isa) => {
+                conv_direct::conv(isa, &x, &w, b, &mut y, sh.n, sh.c, sh.m, sh.group, &g, None)
+            }
         }
         y
     }

@@ -141,19 +141,24 @@ pub(crate) struct HardSwish {
 #[inline(always)]
 pub(crate) fn hard_swish_block(h: HardSwish, src: &[f32], out: &mut [f32]) {
     for (o, &x) in out.iter_mut().zip(src) {
-        let t = if h.x_first_in_add {
-            Num::add(x, h.add)
-        } else {
-            Num::add(h.add, x)
-        };
-        let u = clip_one(t, h.lo, h.hi);
-        let v = if h.x_first_in_mul {
-            Num::mul(x, u)
-        } else {
-            Num::mul(u, x)
-        };
-        *o = Num::div(v, h.div);
+        *o = hard_swish_one(h, x);
     }
+}
+
+#[inline(always)]
+pub(crate) fn hard_swish_one(h: HardSwish, x: f32) -> f32 {
+    let t = if h.x_first_in_add {
+        Num::add(x, h.add)
+    } else {
+        Num::add(h.add, x)
+    };
+    let u = clip_one(t, h.lo, h.hi);
+    let v = if h.x_first_in_mul {
+        Num::mul(x, u)
+    } else {
+        Num::mul(u, x)
+    };
+    Num::div(v, h.div)
 }
 
 /// A SiLU, `Mul(x, Sigmoid(x))` (`x_first`) or `Mul(Sigmoid(x), x)`, in one loop:
@@ -164,12 +169,26 @@ pub(crate) fn hard_swish_block(h: HardSwish, src: &[f32], out: &mut [f32]) {
 #[inline(always)]
 pub(crate) fn silu_block(x_first: bool, src: &[f32], out: &mut [f32]) {
     for (o, &x) in out.iter_mut().zip(src) {
-        let s = crate::ops::fastmath::sigmoid_f32(x);
-        *o = if x_first {
-            Num::mul(x, s)
-        } else {
-            Num::mul(s, x)
-        };
+        *o = silu_one(x_first, x);
+    }
+}
+
+#[inline(always)]
+pub(crate) fn silu_one(x_first: bool, x: f32) -> f32 {
+    let s = crate::ops::fastmath::sigmoid_f32(x);
+    if x_first {
+        Num::mul(x, s)
+    } else {
+        Num::mul(s, x)
+    }
+}
+
+/// `block[i] = f(block[i])`: a step whose only operand is the block it overwrites
+/// (the `_block` forms read a separate source), with the same per-element function.
+#[inline(always)]
+pub(crate) fn map_block(block: &mut [f32], f: impl Fn(f32) -> f32) {
+    for v in block {
+        *v = f(*v);
     }
 }
 
@@ -353,7 +372,7 @@ pub(super) fn map_in_place(act: Act, d: &mut [f32]) {
 // Expanded for unsigned types too, where `v < 0` is always false: right for them.
 #[allow(clippy::absurd_extreme_comparisons)]
 #[inline(always)]
-pub(super) fn relu<T: Num>(v: T) -> T {
+pub(crate) fn relu<T: Num>(v: T) -> T {
     if v < T::ZERO { T::ZERO } else { v }
 }
 
@@ -365,7 +384,7 @@ pub(super) fn bound_or<T: Num>(t: Option<&Tensor>, default: T, what: &str) -> Re
 }
 
 #[inline(always)]
-pub(super) fn clip_one<T: Num>(v: T, lo: T, hi: T) -> T {
+pub(crate) fn clip_one<T: Num>(v: T, lo: T, hi: T) -> T {
     // max then min, as numpy and onnxruntime do: when lo > hi everything becomes hi.
     let r = if v < lo { lo } else { v };
     if r > hi { hi } else { r }
