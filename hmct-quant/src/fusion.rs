@@ -138,6 +138,7 @@ pub(crate) struct Chain {
     /// Whether the chain runs as a pass of its own. A single node (a Relu, a Clip
     /// after a Conv) is a chain only as a conv's tail ([`Chains::tail_of`]).
     standalone: bool,
+    in_place: InPlace,
     steps: Vec<Step>,
     consts: Vec<Constant>,
 }
@@ -239,15 +240,10 @@ impl Chain {
         }
     }
 
-    /// Runs a chain whose one working step is its last, reading only the input, on
-    /// `block` in place (a Conv's Relu, Clip, SiLU or hard-swish), without the copy
-    /// of the input that steps reading a separate source need; false, doing nothing,
-    /// for other chains.
+    /// The chain's one working step, its last, on `block` in place: for chains of
+    /// [`InPlace::Direct`].
     #[inline(always)]
-    fn last_in_place(&self, channel: usize, block: &mut [f32]) -> bool {
-        if !self.runs_in_place() {
-            return false;
-        }
+    fn step_in_place(&self, channel: usize, block: &mut [f32]) {
         match self.steps.last().expect("chains have steps") {
             Step::Clip { src: 0, lo, hi } => map_block(block, |v| step::clip_one(v, *lo, *hi)),
             Step::Affine { src: 0, a, b } => {
@@ -256,32 +252,45 @@ impl Chain {
             }
             Step::HardSwish { src: 0, h } => map_block(block, |x| step::hard_swish_one(*h, x)),
             Step::Silu { src: 0, x_first } => map_block(block, |x| step::silu_one(*x_first, x)),
-            _ => return false,
+            _ => unreachable!("InPlace::Direct is set for these steps only"),
         }
-        true
     }
+}
 
-    /// Whether [`Chain::last_in_place`] runs the chain (it then needs no registers).
+/// How a chain runs over a block in place (its output overwriting its input).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum InPlace {
+    /// Its one working step, the last, reads only the input (a Conv's Clip, SiLU or
+    /// hard-swish): straight over the block ([`Chain::step_in_place`]), no registers.
     /// Not a Relu: LLVM turns `v = if v < 0 { 0 } else { v }` in place into masked
-    /// stores of the zeros (`vmaskmovps` with AVX2), which on AMD's Zen 3 made the
+    /// stores of the zeros (`vmaskmovps` with AVX2), which on AMD's Zen 3 made a Relu
     /// tail four times the cost of the standalone Relu (RegNet-Y: 5.7% of the run
     /// against 1.6%); from a copy of the block it compiles to plain stores.
-    fn runs_in_place(&self) -> bool {
-        let (last, before) = self.steps.split_last().expect("chains have steps");
-        before.iter().all(|s| matches!(s, Step::Nop))
+    Direct,
+    /// The last step reads the input, which it overwrites: from a copy of each block.
+    FromCopy,
+    /// Only steps before the last read the input: over the block, with registers.
+    Plain,
+}
+
+impl InPlace {
+    fn of(steps: &[Step]) -> InPlace {
+        let (last, before) = steps.split_last().expect("chains have steps");
+        let direct = before.iter().all(|s| matches!(s, Step::Nop))
             && matches!(
                 last,
                 Step::Clip { src: 0, .. }
                     | Step::Affine { src: 0, .. }
                     | Step::HardSwish { src: 0, .. }
                     | Step::Silu { src: 0, .. }
-            )
-    }
-
-    /// Whether the last step reads the chain's input (then a chain running in place
-    /// keeps a copy of each input block, since the last step overwrites it).
-    fn last_reads_input(&self) -> bool {
-        self.steps.last().is_some_and(|s| reads(s).contains(&0))
+            );
+        if direct {
+            InPlace::Direct
+        } else if reads(last).contains(&0) {
+            InPlace::FromCopy
+        } else {
+            InPlace::Plain
+        }
     }
 }
 
@@ -303,7 +312,6 @@ fn run_pieces(
     regs: &mut [f32],
 ) {
     let last = chain.steps.len() - 1;
-    let in_place_copy = src.is_none() && chain.last_reads_input();
     let (work, saved) = regs.split_at_mut(last * REG);
     for (i, piece) in out.chunks_mut(walk.piece).enumerate() {
         let channel = if walk.channels > 0 {
@@ -320,7 +328,7 @@ fn run_pieces(
                     chain.eval_inner(channel, input, work);
                     chain.eval_step(last, channel, input, work, block);
                 }
-                None => in_place(chain, channel, in_place_copy, block, work, saved),
+                None => in_place(chain, channel, block, work, saved),
             }
         }
     }
@@ -328,37 +336,30 @@ fn run_pieces(
 
 /// One block of at most `BLOCK` values through the chain, in place.
 #[inline(always)]
-fn in_place(
-    chain: &Chain,
-    channel: usize,
-    copy_input: bool,
-    block: &mut [f32],
-    work: &mut [f32],
-    saved: &mut [f32],
-) {
+fn in_place(chain: &Chain, channel: usize, block: &mut [f32], work: &mut [f32], saved: &mut [f32]) {
     let last = chain.steps.len() - 1;
-    if copy_input && chain.last_in_place(channel, block) {
-        return;
-    }
-    if copy_input {
-        let input = &mut saved[..block.len()];
-        input.copy_from_slice(block);
-        chain.eval_inner(channel, input, work);
-        chain.eval_step(last, channel, input, work, block);
-    } else {
-        chain.eval_inner(channel, block, work);
-        chain.eval_step(last, channel, &[], work, block);
+    match chain.in_place {
+        InPlace::Direct => chain.step_in_place(channel, block),
+        InPlace::FromCopy => {
+            let input = &mut saved[..block.len()];
+            input.copy_from_slice(block);
+            chain.eval_inner(channel, input, work);
+            chain.eval_step(last, channel, input, work, block);
+        }
+        InPlace::Plain => {
+            chain.eval_inner(channel, block, work);
+            chain.eval_step(last, channel, &[], work, block);
+        }
     }
 }
 
-/// A run of values of one channel through the chain, in place (a kernel's tail).
+/// A run of values of one channel through the chain, in place (a kernel's tail);
+/// `regs` is empty for [`InPlace::Direct`] chains, which use none.
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+fma", "x86_64+avx2+fma"))]
 fn run_span(chain: &Chain, channel: usize, out: &mut [f32], regs: &mut [f32]) {
-    let copy_input = chain.last_reads_input();
-    // No registers for a chain that runs in place (`regs` is then empty).
     let (work, saved) = regs.split_at_mut(((chain.steps.len() - 1) * REG).min(regs.len()));
     for block in out.chunks_mut(BLOCK) {
-        in_place(chain, channel, copy_input, block, work, saved);
+        in_place(chain, channel, block, work, saved);
     }
 }
 
@@ -594,15 +595,10 @@ pub(crate) struct Chains {
 impl Chains {
     /// Finds the chains of `plan` (see [`find_chains`]).
     pub fn find(plan: &Plan) -> Chains {
-        let chains = find_chains(plan);
+        let readers = value_readers(plan);
+        let chains = find_chains(plan, &readers);
         let mut at = vec![None; plan.nodes().len()];
         let mut tail_at = vec![None; plan.nodes().len()];
-        let mut readers: Vec<Vec<usize>> = vec![Vec::new(); plan.num_values()];
-        for (i, node) in plan.nodes().iter().enumerate() {
-            for &s in node.inputs.iter().flatten() {
-                readers[s].push(i);
-            }
-        }
         for (c, chain) in chains.iter().enumerate() {
             if chain.standalone {
                 at[chain.nodes[0]] = Some(c);
@@ -666,7 +662,7 @@ impl Tail<'_> {
         } else {
             0
         };
-        if chain.runs_in_place() {
+        if chain.in_place == InPlace::Direct {
             run_span(chain, channel, span, &mut []);
             return;
         }
@@ -688,20 +684,25 @@ impl Tail<'_> {
     }
 }
 
-/// Finds the chains of `plan`: each starts at an element-wise node reading one
-/// non-constant value, and grows along element-wise nodes that read only values of
-/// the chain and constants, as long as it keeps a single output.
-fn find_chains(plan: &Plan) -> Vec<Chain> {
-    let n_values = plan.num_values();
-    let mut readers: Vec<Vec<usize>> = vec![Vec::new(); n_values];
-    let nodes = plan.nodes();
-    for (i, node) in nodes.iter().enumerate() {
+/// The nodes that read each value of `plan`, in plan order, each once.
+fn value_readers(plan: &Plan) -> Vec<Vec<usize>> {
+    let mut readers: Vec<Vec<usize>> = vec![Vec::new(); plan.num_values()];
+    for (i, node) in plan.nodes().iter().enumerate() {
         for &s in node.inputs.iter().flatten() {
             if readers[s].last() != Some(&i) {
                 readers[s].push(i);
             }
         }
     }
+    readers
+}
+
+/// Finds the chains of `plan` (`readers`: [`value_readers`]): each starts at an element-wise node reading one
+/// non-constant value, and grows along element-wise nodes that read only values of
+/// the chain and constants, as long as it keeps a single output.
+fn find_chains(plan: &Plan, readers: &[Vec<usize>]) -> Vec<Chain> {
+    let n_values = plan.num_values();
+    let nodes = plan.nodes();
     let mut is_output = vec![false; n_values];
     for &s in plan.outputs() {
         is_output[s] = true;
@@ -797,6 +798,7 @@ fn find_chains(plan: &Plan) -> Vec<Chain> {
             input,
             input_readers_within,
             standalone: len > 1,
+            in_place: InPlace::of(&steps),
             steps,
             consts,
         });

@@ -112,14 +112,9 @@ pub(crate) fn warm_run_secs(
     threads: usize,
     runs: usize,
 ) -> Result<f64> {
-    let session = Session::new(plan_model(model)?, threads)?;
-    let sample = Dataset::open(data_dir, &session.plan().input_specs())?.sample(0)?;
-    let inputs: Vec<(&str, Tensor)> = sample
-        .iter()
-        .map(|(n, t)| (n.as_str(), t.clone()))
-        .collect();
+    let (session, sample) = warm_session(model, data_dir, threads)?;
+    let inputs = named(&sample);
     let config = Config::float();
-    session.run(&inputs, &config)?;
     let times = (0..runs.max(1))
         .map(|_| {
             let start = Instant::now();
@@ -128,6 +123,27 @@ pub(crate) fn warm_run_secs(
         })
         .collect::<Result<Vec<f64>>>()?;
     Ok(median(times))
+}
+
+/// A session of `model` on `threads` threads that has run the first sample of
+/// `data_dir` once as a float model (packing its weights), and that sample.
+fn warm_session(
+    model: &hmct_ir::Model,
+    data_dir: &Path,
+    threads: usize,
+) -> Result<(Session, Vec<(String, Tensor)>)> {
+    let session = Session::new(plan_model(model)?, threads)?;
+    let sample = Dataset::open(data_dir, &session.plan().input_specs())?.sample(0)?;
+    session.run(&named(&sample), &Config::float())?;
+    Ok((session, sample))
+}
+
+/// A sample as the (name, tensor) pairs `Session::run` takes.
+fn named(sample: &[(String, Tensor)]) -> Vec<(&str, Tensor)> {
+    sample
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.clone()))
+        .collect()
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -296,16 +312,10 @@ fn measure(
     threads: usize,
     runs: usize,
 ) -> Result<Medians> {
-    let session = Session::new(plan_model(model)?, threads)?;
-    let specs = session.plan().input_specs();
-    let sample = Dataset::open(data_dir, &specs)?.sample(0)?;
-    let inputs: Vec<(&str, Tensor)> = sample
-        .iter()
-        .map(|(n, t)| (n.as_str(), t.clone()))
-        .collect();
+    let (session, sample) = warm_session(model, data_dir, threads)?;
+    let inputs = named(&sample);
     // The float model: the same graph onnxruntime runs.
     let config = Config::float();
-    session.run(&inputs, &config)?;
 
     let mut child = Command::new(python)
         .args(["-c", ORT_SERVER])

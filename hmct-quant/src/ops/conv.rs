@@ -368,9 +368,7 @@ pub(crate) fn conv_nd<T: Scalar>(
         let yf = f32_slice_mut(&mut y).expect("T is f32, as x is");
         let bf = bias.and_then(f32_slice);
         conv_bands(isa, xf, wf, bf, yf, [n, c, m, group], &g3, &rects, derived);
-        if let Some(t) = tail {
-            t.apply_all(yf);
-        }
+        apply_tail(tail, yf);
         return Ok((y, shape, tail_ran));
     }
     if in_vol == 1 && out_vol == 1 && k_vol == 1 && g3.pad == [0; 3] {
