@@ -1,6 +1,6 @@
-//! f32 convs with AVX-512, output channels in the vector lanes: pointwise convs (on
-//! small planes, or with many input channels) and 2-D convs of stride 1 or 2 with
-//! larger kernels.
+//! f32 convs with output channels in the vector lanes: pointwise convs (on small
+//! planes, or with many input channels) and 2-D convs of stride 1 or 2 with larger
+//! kernels, with AVX-512 or AVX2.
 //!
 //! The other conv kernels put positions in the lanes: a 7x7 plane's 49 positions fill
 //! 64 lanes (a 32-wide tile and a 17-wide tail), and ResNet-50's 2048->512 at 7x7 ran
@@ -13,6 +13,11 @@
 //! padding. Each finished tile is transposed back and stored as runs of positions per
 //! channel.
 //!
+//!
+//! With AVX2 (16 registers of 8 lanes) a tile is 6 positions × 16 channels, half a
+//! block's panel; it is transposed back in 8 × 8 squares, and stored as whole vectors
+//! where the positions after it are the task's own, which later tiles overwrite.
+//!
 //! Each output is `bias + Σ_c Σ_taps w·x` summed in that order with fused
 //! multiply-adds, padding taps included as `w·0`: the sums of the direct conv, bit for
 //! bit.
@@ -21,20 +26,33 @@ use rayon::prelude::*;
 
 use super::gemm_util::SendPtr;
 use super::window::{Win3, split_row_stride2};
+use crate::cpu::Isa;
 
 /// Positions and output channels of a register tile.
 const PR: usize = 12;
 const CR: usize = 32;
+/// With AVX2 only: positions and output channels of a register tile (12 of the 16
+/// vector registers hold sums), and the planes of pointwise convs it takes at any
+/// channel count.
+const PR_AVX2: usize = 6;
+const CR_AVX2: usize = 16;
+const AVX2_SMALL_PLANE: usize = 400;
 /// Multiply-adds below which a conv runs on the calling thread.
 const SERIAL_WORK: usize = 1 << 20;
 /// Positions per task (whole tiles), so that large planes with few output channels
 /// still split into tasks. Fixed, so tasks never depend on threads.
 const TASK_POSITIONS: usize = 32 * PR;
 
-/// Whether [`conv`] runs this conv here: AVX-512 (and the conv ISA is not forced to
-/// AVX2), a pointwise conv (1x1, stride 1, no pads) with 32 or more output channels
-/// per group and 16 or more input channels, on a plane of fewer than 1024 positions or
-/// with 128 or more input channels.
+/// Whether [`conv`] runs this conv here: a pointwise conv (1x1, stride 1, no pads)
+/// with 16 or more input channels; with AVX-512, 32 or more output channels per group
+/// on a plane of fewer than 1024 positions or with 128 or more input channels; with
+/// AVX2 only, 16 or more output channels on a plane of at most [`AVX2_SMALL_PLANE`]
+/// positions, or fewer than 1024 with 128 or more input channels.
+///
+/// With AVX2 on a Zen 3 (`ab`-style A/B, time here / direct conv, median of 15
+/// alternating rounds): MobileNetV3's 672->112 at 14x14 0.73, 112->672 0.79, 160->960
+/// at 7x7 0.83; ResNet-50's 1024->256 at 14x14 0.78, 2048->512 at 7x7 0.94, 512->128
+/// at 28x28 0.95; but 40->240 at 28x28 1.03.
 ///
 /// `kernel_table` (least of 20 runs, % of the FMA peak, packed GEMM -> here), ResNet-50:
 /// 2048->512 at 7x7 65 -> 95, 1024->256 at 14x14 72 -> 99, 512->128 at 28x28 82 -> 97,
@@ -43,16 +61,27 @@ const TASK_POSITIONS: usize = 32 * PR;
 /// weigh more than its sums).
 pub(crate) fn fits(g: &Win3, mg: usize, cg: usize) -> bool {
     let pointwise = g.k_vol() == 1 && g.stride == [1; 3] && g.pad == [0; 3] && g.out == g.input;
-    super::packed_gemm::available()
-        && pointwise
-        && mg >= CR
-        && cg >= 16
-        && (g.out_vol() < 1024 || cg >= 128)
+    let on_isa = match crate::cpu::conv_isa() {
+        Some(Isa::Avx512) => mg >= CR && (g.out_vol() < 1024 || cg >= 128),
+        Some(Isa::Avx2Fma) => {
+            let plane = g.out_vol();
+            mg >= CR_AVX2 && (plane <= AVX2_SMALL_PLANE || plane < 1024 && cg >= 128)
+        }
+        None => false,
+    };
+    pointwise && cg >= 16 && on_isa
 }
 
-/// Whether [`conv`] runs this conv here: AVX-512, a 2-D conv of stride 1 or 2 with a
-/// kernel larger than 1x1 and no negative padding, with 32 or more output channels and
-/// 8 or more input channels per group.
+/// Whether [`conv`] runs this conv here: a 2-D conv of stride 1 or 2 with a kernel
+/// larger than 1x1 and no negative padding, with 8 or more input channels per group
+/// and, with AVX-512, 32 or more output channels; with AVX2 only, 16 or more output
+/// channels and no dilation.
+///
+/// With AVX2 on a Zen 3 (time here / direct conv, median of 9 alternating rounds):
+/// YOLO's 64->128 stride 2 at 40x40 0.61, 80->80 at 80x80 0.85, ResNet-50's 3x3
+/// stride 2 from 56x56 0.82, at 28x28 0.88, 56x56 0.90, 14x14 0.92, 7x7 0.99; YOLO's
+/// 32->32 at 80x80 1.02. DeepLab's dilated 3x3 ran 1.39, so dilated convs stay on the
+/// direct kernel.
 ///
 /// `kernel_table` (% of the FMA peak, direct conv -> here): ResNet-50's 3x3 at 56x56
 /// 79 -> 92, 28x28 81 -> 92, 14x14 79 -> 87, 7x7 65 -> 76, stride 2 from 56x56 70 ->
@@ -61,14 +90,18 @@ pub(crate) fn fits(g: &Win3, mg: usize, cg: usize) -> bool {
 /// 68 -> 88. ResNet-50's 7x7 stem (3 input channels) ran 87-89 -> 78-86, so convs
 /// with few input channels stay on the direct kernel.
 pub(crate) fn fits_spatial(g: &Win3, mg: usize, cg: usize) -> bool {
-    super::packed_gemm::available()
+    let on_isa = match crate::cpu::conv_isa() {
+        Some(Isa::Avx512) => mg >= CR,
+        Some(Isa::Avx2Fma) => mg >= CR_AVX2 && g.dil == [1; 3],
+        None => false,
+    };
+    on_isa
         && g.input[0] == 1
         && g.out[0] == 1
         && g.kernel[0] == 1
         && g.k_vol() > 1
         && (g.stride == [1; 3] || g.stride == [1, 2, 2])
         && g.pad.iter().all(|&p| p >= 0)
-        && mg >= CR
         && cg >= 8
 }
 
@@ -129,6 +162,7 @@ pub(crate) fn conv(
     let (cg, mg) = (c / group, m / group);
     let pointwise = fits(g, mg, cg);
     assert!(pointwise || fits_spatial(g, mg, cg));
+    let isa = crate::cpu::conv_isa().expect("`fits` checked the instruction set");
     let (plane, k_vol) = (g.out_vol(), g.k_vol());
     let kdim = cg * k_vol;
     let blocks = mg.div_ceil(CR);
@@ -172,7 +206,11 @@ pub(crate) fn conv(
         // A block of 16 channels or fewer (the last of 80, 112, 144 or 240) fills one
         // vector per position: its tiles take twice the positions, so that every
         // multiply-add still does 16 useful lanes.
-        let per_tile = if chans <= 16 { 2 * PR } else { PR };
+        let per_tile = match isa {
+            Isa::Avx2Fma => PR_AVX2,
+            Isa::Avx512 if chans <= 16 => 2 * PR,
+            Isa::Avx512 => PR,
+        };
         // The outputs the task writes in each channel: consecutive, from `written.0`.
         let mut written: Option<(usize, usize)> = None;
         for q0 in positions.clone().step_by(per_tile) {
@@ -200,6 +238,26 @@ pub(crate) fn conv(
             // which no other task writes, inside `y` (checked above); `wg` holds the
             // block's `kdim` rows of `CR`.
             #[cfg(target_arch = "x86_64")]
+            if isa == Isa::Avx2Fma {
+                // SAFETY: as above, with AVX2 and FMA checked by `fits`; a pointwise
+                // conv keeps every position, and a tile that does not end its task
+                // may store whole vectors into the task's next positions.
+                unsafe {
+                    for half in (0..chans).step_by(CR_AVX2) {
+                        let to = avx2::Store {
+                            y: yp.0.add((b * m + gi * mg + m0 + half) * plane + first),
+                            plane,
+                            chans: CR_AVX2.min(chans - half),
+                            count,
+                            keep,
+                            spill: pointwise && q0 + 8 <= positions.end,
+                        };
+                        avx2::tile(xg, &lines.rows, q0, count, &wg[half..], &start[half..], to);
+                    }
+                }
+                continue;
+            }
+            #[cfg(target_arch = "x86_64")]
             unsafe {
                 let yb = yp.0.add((b * m + gi * mg + m0) * plane);
                 let to = avx512::Store {
@@ -217,8 +275,8 @@ pub(crate) fn conv(
             }
             #[cfg(not(target_arch = "x86_64"))]
             {
-                let _ = (xg, wg, start, yp, first);
-                unreachable!("`fits` holds only with AVX-512");
+                let _ = (xg, wg, start, yp, first, isa);
+                unreachable!("`fits` holds only with AVX-512 or AVX2");
             }
         }
         if let (Some(tail), Some((from, to))) = (tail, written) {
@@ -288,6 +346,135 @@ fn padded_copy(x: &[f32], planes: usize, cg: usize, g: &Win3) -> (Lines, Vec<f32
         kept: ow,
     };
     (lines, copy)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{CR, PR_AVX2};
+
+    /// Where a tile's outputs go: channel `o` at `y + o·plane`, the positions of the
+    /// `count` in `keep` packed together. With `spill` (every position kept), the 8
+    /// values from `y` on belong to the caller, who writes those past `count` later:
+    /// each channel is stored as one vector.
+    pub(super) struct Store {
+        pub y: *mut f32,
+        pub plane: usize,
+        pub chans: usize,
+        pub count: usize,
+        pub keep: u32,
+        pub spill: bool,
+    }
+
+    /// Positions `q0 .. q0 + count` (`count` ≤ 6) × up to 16 output channels: sums over
+    /// the weight rows (row `r` reads `x` at `rows[r] + q`, its weights at
+    /// `wg[r·CR ..]`, 16 of them), starting from `start`, stored as `to` says.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA; `x[rows[r] + q]` is readable for every row and
+    /// position; `wg` holds `rows.len()` rows `CR` apart of 16 values; `start` has 16;
+    /// `to.y` points to `to.chans` planes of `to.plane` values whose positions stored
+    /// nothing else accesses during the call.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn tile(
+        x: &[f32],
+        rows: &[usize],
+        q0: usize,
+        count: usize,
+        wg: &[f32],
+        start: &[f32],
+        to: Store,
+    ) {
+        debug_assert!(count <= PR_AVX2 && wg.len() >= (rows.len() - 1) * CR + 16);
+        // SAFETY (whole body): as the caller vouched.
+        unsafe {
+            let s = [
+                _mm256_loadu_ps(start.as_ptr()),
+                _mm256_loadu_ps(start.as_ptr().add(8)),
+            ];
+            let mut acc = [s; PR_AVX2];
+            let (xp, wp) = (x.as_ptr().add(q0), wg.as_ptr());
+            // Literal position counts keep the accumulators in registers.
+            macro_rules! sums {
+                ($r:literal) => {
+                    for (r, &off) in rows.iter().enumerate() {
+                        let w0 = _mm256_loadu_ps(wp.add(r * CR));
+                        let w1 = _mm256_loadu_ps(wp.add(r * CR + 8));
+                        let xr = xp.add(off);
+                        for (i, a) in acc.iter_mut().enumerate().take($r) {
+                            let xv = _mm256_broadcast_ss(&*xr.add(i));
+                            a[0] = _mm256_fmadd_ps(w0, xv, a[0]);
+                            a[1] = _mm256_fmadd_ps(w1, xv, a[1]);
+                        }
+                    }
+                };
+            }
+            match count {
+                6.. => sums!(6),
+                5 => sums!(5),
+                4 => sums!(4),
+                3 => sums!(3),
+                2 => sums!(2),
+                _ => sums!(1),
+            }
+            // Rows are positions, lanes channels: transposed, rows are channels.
+            for v in 0..2 {
+                let mut t = [_mm256_setzero_ps(); 8];
+                for (t, a) in t.iter_mut().zip(&acc[..count]) {
+                    *t = a[v];
+                }
+                transpose8(&mut t);
+                for (o, t) in t.iter().enumerate().take(to.chans.saturating_sub(8 * v)) {
+                    let dst = to.y.add((8 * v + o) * to.plane);
+                    if to.spill {
+                        _mm256_storeu_ps(dst, *t);
+                    } else {
+                        let mut staged = [0.0f32; 8];
+                        _mm256_storeu_ps(staged.as_mut_ptr(), *t);
+                        if to.keep == (1 << to.count) - 1 {
+                            std::ptr::copy_nonoverlapping(staged.as_ptr(), dst, to.count);
+                        } else {
+                            let kept = (0..to.count).filter(|j| to.keep >> j & 1 == 1);
+                            for (k, j) in kept.enumerate() {
+                                *dst.add(k) = staged[j];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Transposes 8 vectors of 8 lanes in place.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn transpose8(r: &mut [__m256; 8]) {
+        let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+        let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+        let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+        let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+        let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+        let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+        let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+        let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+        let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+        let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+        let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+        let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+        let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+        let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+        let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+        let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+        r[0] = _mm256_permute2f128_ps::<0x20>(u0, u4);
+        r[1] = _mm256_permute2f128_ps::<0x20>(u1, u5);
+        r[2] = _mm256_permute2f128_ps::<0x20>(u2, u6);
+        r[3] = _mm256_permute2f128_ps::<0x20>(u3, u7);
+        r[4] = _mm256_permute2f128_ps::<0x31>(u0, u4);
+        r[5] = _mm256_permute2f128_ps::<0x31>(u1, u5);
+        r[6] = _mm256_permute2f128_ps::<0x31>(u2, u6);
+        r[7] = _mm256_permute2f128_ps::<0x31>(u3, u7);
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -410,7 +597,6 @@ mod avx512 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::Isa;
 
     /// A 2-D window: input rows and columns, kernel, stride, dilation, pads (top,
     /// left, bottom, right).
@@ -431,9 +617,9 @@ mod tests {
     /// spatial kernels with padding (uneven too), dilation, no padding, one row.
     #[test]
     fn same_bits_as_the_direct_conv() {
-        if !super::super::packed_gemm::available() {
+        let Some(isa) = crate::cpu::conv_isa() else {
             return;
-        }
+        };
         let values = super::super::conv_direct::tests::values;
         let pw = |h, w| win(h, w, [1, 1], 1, 1, [0; 4]);
         // (images, input channels, output channels, groups, window)
@@ -456,12 +642,17 @@ mod tests {
             (1, 8, 48, 1, win(12, 17, [5, 5], 2, 2, [3, 2, 4, 1])),
             (1, 24, 32, 1, win(9, 9, [2, 2], 2, 1, [0; 4])),
         ];
+        let mut ran = 0;
         for (i, &(n, c, m, group, g)) in cases.iter().enumerate() {
             let (cg, mg) = (c / group, m / group);
-            assert!(
-                fits(&g, mg, cg) || fits_spatial(&g, mg, cg),
-                "case {i} should run here"
-            );
+            // With AVX2 only, all but the dilated convs.
+            let here = fits(&g, mg, cg) || fits_spatial(&g, mg, cg);
+            let expected = isa == Isa::Avx512 || g.dil == [1; 3];
+            assert_eq!(here, expected, "case {i}");
+            if !here {
+                continue;
+            }
+            ran += 1;
             let kdim = cg * g.k_vol();
             let x = values(n * c * g.in_vol(), 5 * i as u64);
             let wv = values(m * kdim, 5 * i as u64 + 1);
@@ -470,17 +661,7 @@ mod tests {
             for b in [None, Some(&bias[..])] {
                 let mut want = vec![0.0f32; n * m * g.out_vol()];
                 super::super::conv_direct::conv(
-                    Isa::Avx512,
-                    &x,
-                    &wv,
-                    b,
-                    &mut want,
-                    n,
-                    c,
-                    m,
-                    group,
-                    &g,
-                    None,
+                    isa, &x, &wv, b, &mut want, n, c, m, group, &g, None,
                 );
                 let mut got = vec![f32::NAN; want.len()];
                 conv(&packed, &x, b, &mut got, n, c, m, group, &g, None);
@@ -489,5 +670,6 @@ mod tests {
                 }
             }
         }
+        assert!(ran >= 13, "{ran} cases ran");
     }
 }
