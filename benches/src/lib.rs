@@ -76,6 +76,9 @@ pub const CONV_SHAPES: &[ConvShape] = &[
     conv("mbv3_1x1_672to112_14", 672, 112, 1, 1, 1, 0, 14),
     conv("mbv3_1x1_160to960_7", 160, 960, 1, 1, 1, 0, 7),
     conv("mbv3_3x3s2_stem_3to16_224", 3, 16, 1, 3, 2, 1, 224),
+    // Its squeeze-excitation convs: 1x1 on one position, matrix-vector products.
+    conv("mbv3_se_960to240_1", 960, 240, 1, 1, 1, 0, 1),
+    conv("mbv3_se_240to960_1", 240, 960, 1, 1, 1, 0, 1),
     conv("r50_3x3_64_56", 64, 64, 1, 3, 1, 1, 56),
     conv("r50_3x3_128_28", 128, 128, 1, 3, 1, 1, 28),
     conv("r50_3x3_256_14", 256, 256, 1, 3, 1, 1, 14),
@@ -315,10 +318,16 @@ pub fn thread_cpu_seconds() -> f64 {
 }
 
 /// The least thread CPU time of `runs` calls of `f` (after one warm-up call).
-pub fn min_time(runs: usize, mut f: impl FnMut()) -> f64 {
+pub fn min_time(runs: usize, f: impl FnMut()) -> f64 {
+    min_time_after(runs, || {}, f)
+}
+
+/// As [`min_time`], with `before` run (untimed) ahead of every run of `f`.
+pub fn min_time_after(runs: usize, mut before: impl FnMut(), mut f: impl FnMut()) -> f64 {
     f();
     (0..runs)
         .map(|_| {
+            before();
             let t = thread_cpu_seconds();
             f();
             thread_cpu_seconds() - t

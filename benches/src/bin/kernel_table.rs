@@ -1,16 +1,19 @@
 //! GFLOP/s and percentage of the measured f32 FMA peak for the standard conv and
 //! MatMul shapes of `hmct_benches` (ResNet-50, mobile CNNs, YOLO, RegNet, DeepLab,
 //! BERT-base), each kernel on the calling thread:
-//! `kernel_table [FILTER] [--runs N]` (`cargo build --release -p hmct-benches --bin
-//! kernel_table`). Times are the least thread CPU time of N runs (default 20), so
-//! other processes on the core do not inflate them.
+//! `kernel_table [FILTER] [--runs N] [--cold]` (`cargo build --release -p
+//! hmct-benches --bin kernel_table`). Times are the least thread CPU time of N runs
+//! (default 20), so other processes on the core do not inflate them. With `--cold`,
+//! 64 MiB are written between runs, so weights and inputs come from memory, as they
+//! do inside a model whose other nodes ran in between.
 
-use hmct_benches::{CONV_SHAPES, Case, MATMUL_SHAPES, fma_peak_gflops, min_time};
+use hmct_benches::{CONV_SHAPES, Case, MATMUL_SHAPES, fma_peak_gflops, min_time_after};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut runs = 20;
     let mut filter = String::new();
+    let mut cold = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -21,8 +24,11 @@ fn main() {
                     std::process::exit(2);
                 }
             },
+            "--cold" => cold = true,
             other if other.starts_with('-') => {
-                eprintln!("error: unknown option {other}; usage: kernel_table [FILTER] [--runs N]");
+                eprintln!(
+                    "error: unknown option {other}; usage: kernel_table [FILTER] [--runs N] [--cold]"
+                );
                 std::process::exit(2);
             }
             other => filter = other.to_string(),
@@ -34,10 +40,18 @@ fn main() {
         "{:<28} {:>9} {:>9} {:>7}",
         "shape", "ms", "GFLOP/s", "% peak"
     );
-    let row = |name: &str, flops: f64, case: &Case| {
-        let secs = min_time(runs, || {
-            std::hint::black_box(case.run(true));
-        });
+    let mut evict = vec![0u8; if cold { 64 << 20 } else { 0 }];
+    let mut row = |name: &str, flops: f64, case: &Case| {
+        let secs = min_time_after(
+            runs,
+            || {
+                evict.iter_mut().for_each(|b| *b = b.wrapping_add(1));
+                std::hint::black_box(&evict);
+            },
+            || {
+                std::hint::black_box(case.run(true));
+            },
+        );
         let gflops = flops / secs / 1e9;
         println!(
             "{name:<28} {:>9.3} {gflops:>9.1} {:>6.0}%",
