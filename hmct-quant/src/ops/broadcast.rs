@@ -89,13 +89,13 @@ where
     let out: Vec<O> = if src.len() >= PAR_MIN {
         let mut out = crate::buffers::take::<O>(src.len());
         for_chunks(&mut out, CHUNK, true, &|off, piece| {
-            for (y, &x) in piece.iter_mut().zip(&src[off..]) {
-                *y = f(x);
-            }
+            map_into(&src[off..off + piece.len()], piece, &f)
         });
         out
     } else {
-        src.iter().map(|&x| f(x)).collect()
+        let mut out = crate::buffers::take::<O>(src.len());
+        map_into(&src, &mut out, &f);
+        out
     };
     ArrayD::from_shape_vec(IxDyn(a.shape()), out).expect("same element count as the input")
 }
@@ -107,10 +107,29 @@ where
     F: Fn(T) -> T + Sync,
 {
     for_chunks(data, CHUNK, data.len() >= PAR_MIN, &|_, piece| {
-        for v in piece.iter_mut() {
-            *v = f(*v);
-        }
+        map_in_place(piece, &f)
     });
+}
+
+// The loops of `unary` and `unary_in_place`, compiled for AVX-512 and AVX2 where the
+// CPU has them: activations such as HardSwish, Clip and Relu are arithmetic and
+// selects that vectorize 16 or 8 wide there, against 4 wide with x86-64's baseline
+// SSE2 (MobileNetV3's HardSwish tails took 5% of its run). Each element gets the same
+// operations either way (Rust never contracts `a * b + c` into an FMA, and `mul_add`
+// is fused everywhere), so the bits do not depend on the CPU.
+
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
+fn map_into<T: Copy, O, F: Fn(T) -> O>(src: &[T], out: &mut [O], f: &F) {
+    for (y, &x) in out.iter_mut().zip(src) {
+        *y = f(x);
+    }
+}
+
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
+fn map_in_place<T: Copy, F: Fn(T) -> T>(data: &mut [T], f: &F) {
+    for v in data.iter_mut() {
+        *v = f(*v);
+    }
 }
 
 /// `f(a, b)` with numpy broadcasting, written over `dst`, which holds `a` when
