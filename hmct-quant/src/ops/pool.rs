@@ -893,6 +893,10 @@ impl Kernel for PoolKernel {
 
 /// The sum of `p` in f64, over eight running sums: one sum's chain of dependent adds
 /// left the vector units idle. The order is fixed, so results do not depend on threads.
+/// Compiled for AVX-512/AVX2 where the CPU has them (the eight sums in one or two
+/// vectors instead of four SSE2 pairs); each lane adds the same values in the same
+/// order, so the same bits.
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2"))]
 fn sum_f64(p: &[f32]) -> f64 {
     let mut lanes = [0.0f64; 8];
     let chunks = p.chunks_exact(8);
