@@ -64,10 +64,24 @@ pub(crate) fn permute(t: &Tensor, perm: &[usize]) -> Result<Tensor, OpError> {
     .map_err(|e| OpError::invalid(e.to_string()))?))
 }
 
+/// A vector of `n` elements whose every element the caller writes: f32 ones come from
+/// the buffer pool. A fresh zeroed vector of a megabyte is fresh pages that fault in
+/// on first write (ShuffleNet's channel-shuffle Transposes spent about as long in the
+/// kernel's page-fault path as copying).
+fn overwritten_vec<T: Clone + Default + 'static>(n: usize) -> Vec<T> {
+    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() {
+        let pooled: Box<dyn std::any::Any> = Box::new(crate::buffers::take::<f32>(n));
+        if let Ok(v) = pooled.downcast::<Vec<T>>() {
+            return *v;
+        }
+    }
+    vec![T::default(); n]
+}
+
 /// Row-major data of the permuted array. Output axes that stay adjacent in the input
 /// are merged first; then either whole input rows are copied, or, when the input's
 /// innermost axis moves, the copy goes in 32x32 tiles so both sides stay in cache.
-pub(crate) fn permute_data<T: Clone + Default>(
+pub(crate) fn permute_data<T: Clone + Default + 'static>(
     src: &[T],
     shape: &[usize],
     perm: &[usize],
@@ -99,7 +113,8 @@ pub(crate) fn permute_data<T: Clone + Default>(
         return src.to_vec();
     }
     let k = dims.len();
-    let mut out = vec![T::default(); n];
+    // Every element is written below.
+    let mut out = overwritten_vec::<T>(n);
     let mut ost = vec![1usize; k];
     for i in (0..k - 1).rev() {
         ost[i] = ost[i + 1] * dims[i + 1];
