@@ -53,7 +53,7 @@ fn take_f32(n: usize) -> Option<Vec<f32>> {
 
 /// A buffer of `n` elements whose contents are unspecified (stale values of an
 /// earlier run, or zeros). Only for kernels that overwrite every element.
-pub(crate) fn take<T: Copy + Default + 'static>(n: usize) -> Vec<T> {
+pub(crate) fn take<T: Clone + Default + 'static>(n: usize) -> Vec<T> {
     if TypeId::of::<T>() == TypeId::of::<f32>()
         && let Some(v) = take_f32(n)
         && let Ok(v) = (Box::new(v) as Box<dyn Any>).downcast::<Vec<T>>()

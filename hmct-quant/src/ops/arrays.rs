@@ -64,20 +64,6 @@ pub(crate) fn permute(t: &Tensor, perm: &[usize]) -> Result<Tensor, OpError> {
     .map_err(|e| OpError::invalid(e.to_string()))?))
 }
 
-/// A vector of `n` elements whose every element the caller writes: f32 ones come from
-/// the buffer pool. A fresh zeroed vector of a megabyte is fresh pages that fault in
-/// on first write (ShuffleNet's channel-shuffle Transposes spent about as long in the
-/// kernel's page-fault path as copying).
-fn overwritten_vec<T: Clone + Default + 'static>(n: usize) -> Vec<T> {
-    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() {
-        let pooled: Box<dyn std::any::Any> = Box::new(crate::buffers::take::<f32>(n));
-        if let Ok(v) = pooled.downcast::<Vec<T>>() {
-            return *v;
-        }
-    }
-    vec![T::default(); n]
-}
-
 /// Row-major data of the permuted array. Output axes that stay adjacent in the input
 /// are merged first; then either whole input rows are copied, or, when the input's
 /// innermost axis moves, the copy goes in 32x32 tiles so both sides stay in cache.
@@ -113,8 +99,10 @@ pub(crate) fn permute_data<T: Clone + Default + 'static>(
         return src.to_vec();
     }
     let k = dims.len();
-    // Every element is written below.
-    let mut out = overwritten_vec::<T>(n);
+    // Every element is written below. f32 results come from the pool: a fresh
+    // zeroed megabyte is fresh pages, faulted in on every run (ShuffleNet's
+    // channel-shuffle Transposes spent as long in the page-fault path as copying).
+    let mut out = crate::buffers::take::<T>(n);
     let mut ost = vec![1usize; k];
     for i in (0..k - 1).rev() {
         ost[i] = ost[i + 1] * dims[i + 1];

@@ -86,17 +86,10 @@ where
     F: Fn(T) -> O + Sync,
 {
     let src = contiguous(a);
-    let out: Vec<O> = if src.len() >= PAR_MIN {
-        let mut out = crate::buffers::take::<O>(src.len());
-        for_chunks(&mut out, CHUNK, true, &|off, piece| {
-            map_into(&src[off..off + piece.len()], piece, &f)
-        });
-        out
-    } else {
-        let mut out = crate::buffers::take::<O>(src.len());
-        map_into(&src, &mut out, &f);
-        out
-    };
+    let mut out = crate::buffers::take::<O>(src.len());
+    for_chunks(&mut out, CHUNK, src.len() >= PAR_MIN, &|off, piece| {
+        map_into(&src[off..off + piece.len()], piece, &f)
+    });
     ArrayD::from_shape_vec(IxDyn(a.shape()), out).expect("same element count as the input")
 }
 

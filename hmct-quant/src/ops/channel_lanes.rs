@@ -13,7 +13,6 @@
 //! padding. Each finished tile is transposed back and stored as runs of positions per
 //! channel.
 //!
-//!
 //! With AVX2 (16 registers of 8 lanes) a tile is 6 positions × 16 channels, half a
 //! block's panel; it is transposed back in 8 × 8 squares, and stored as whole vectors
 //! where the positions after it are the task's own, which later tiles overwrite.
@@ -49,10 +48,11 @@ const TASK_POSITIONS: usize = 32 * PR;
 /// AVX2 only, 16 or more output channels on a plane of at most [`AVX2_SMALL_PLANE`]
 /// positions, or fewer than 1024 with 128 or more input channels.
 ///
-/// With AVX2 on a Zen 3 (`ab`-style A/B, time here / direct conv, median of 15
-/// alternating rounds): MobileNetV3's 672->112 at 14x14 0.73, 112->672 0.79, 160->960
-/// at 7x7 0.83; ResNet-50's 1024->256 at 14x14 0.78, 2048->512 at 7x7 0.94, 512->128
-/// at 28x28 0.95; but 40->240 at 28x28 1.03.
+/// With AVX2 on a Zen 3 (time here / direct conv on `kernel_table`'s shapes, median of
+/// 15 alternating rounds of a scratch build that switched between the two):
+/// MobileNetV3's 672->112 at 14x14 0.73, 112->672 0.79, 160->960 at 7x7 0.83;
+/// ResNet-50's 1024->256 at 14x14 0.78, 2048->512 at 7x7 0.94, 512->128 at 28x28
+/// 0.95; but 40->240 at 28x28 1.03.
 ///
 /// `kernel_table` (least of 20 runs, % of the FMA peak, packed GEMM -> here), ResNet-50:
 /// 2048->512 at 7x7 65 -> 95, 1024->256 at 14x14 72 -> 99, 512->128 at 28x28 82 -> 97,
