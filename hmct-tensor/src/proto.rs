@@ -305,12 +305,22 @@ pub(crate) fn from_le_bytes(dtype: DType, shape: &[usize], raw: &[u8]) -> Tensor
 
 /// Little-endian bytes of a non-string tensor in row-major order.
 pub(crate) fn to_le_bytes(t: &Tensor) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    append_le_bytes(t, &mut out).then_some(out)
+}
+
+/// Appends the little-endian bytes of a non-string tensor, in row-major order, to
+/// `out`; false, appending nothing, for strings, which have no raw form.
+pub(crate) fn append_le_bytes(t: &Tensor, out: &mut Vec<u8>) -> bool {
+    out.reserve(t.len() * t.dtype().size_of().unwrap_or(0));
     macro_rules! bytes {
         ($a:expr, $f:expr) => {
-            $a.iter().flat_map(|v| $f(*v)).collect()
+            for v in $a.iter() {
+                out.extend_from_slice(&$f(*v));
+            }
         };
     }
-    Some(match t {
+    match t {
         Tensor::F32(a) => bytes!(a, f32::to_le_bytes),
         Tensor::F64(a) => bytes!(a, f64::to_le_bytes),
         Tensor::F16(a) => bytes!(a, |v: f16| v.to_bits().to_le_bytes()),
@@ -324,8 +334,9 @@ pub(crate) fn to_le_bytes(t: &Tensor) -> Option<Vec<u8>> {
         Tensor::U32(a) => bytes!(a, u32::to_le_bytes),
         Tensor::U64(a) => bytes!(a, u64::to_le_bytes),
         Tensor::Bool(a) => bytes!(a, |v: bool| [v as u8]),
-        Tensor::String(_) => return None,
-    })
+        Tensor::String(_) => return false,
+    }
+    true
 }
 
 /// Writes a tensor as a `TensorProto` named `name` (numbers in `raw_data`, strings in
