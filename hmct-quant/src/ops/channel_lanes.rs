@@ -185,7 +185,13 @@ pub(crate) fn conv(
         padded = copy;
         (&padded[..], lines)
     };
-    let chunks = lines.positions.div_ceil(TASK_POSITIONS);
+    // With AVX2, tiles take outputs only (see `avx2::Tile`); otherwise positions over
+    // the padded width, the columns between output rows included.
+    let span = match isa {
+        Isa::Avx2Fma => plane,
+        Isa::Avx512 => lines.positions,
+    };
+    let chunks = span.div_ceil(TASK_POSITIONS);
     let tasks = n * group * blocks * chunks;
     let yp = SendPtr(y.as_mut_ptr());
     let lines = &lines;
@@ -193,7 +199,7 @@ pub(crate) fn conv(
         let chunk = t % chunks;
         let blk = t / chunks % blocks;
         let (b, gi) = (t / chunks / blocks / group, t / chunks / blocks % group);
-        let positions = chunk * TASK_POSITIONS..((chunk + 1) * TASK_POSITIONS).min(lines.positions);
+        let positions = chunk * TASK_POSITIONS..((chunk + 1) * TASK_POSITIONS).min(span);
         let m0 = blk * CR;
         let chans = CR.min(mg - m0);
         let xg = &xs[(b * group + gi) * lines.in_len..][..lines.in_len];
@@ -203,22 +209,50 @@ pub(crate) fn conv(
             start[..chans].copy_from_slice(&bias[gi * mg + m0..][..chans]);
         }
         let yp = &yp;
+        // The outputs the task writes in each channel: consecutive, from `written.0`.
+        let mut written: Option<(usize, usize)> = None;
+        #[cfg(target_arch = "x86_64")]
+        if isa == Isa::Avx2Fma {
+            let tiles: Vec<avx2::Tile> = positions
+                .clone()
+                .step_by(PR_AVX2)
+                .map(|first| {
+                    let count = PR_AVX2.min(positions.end - first);
+                    avx2::Tile::new(first, count, lines.width, lines.kept)
+                })
+                .collect();
+            // SAFETY: AVX2 and FMA were checked by `fits`/`fits_spatial`; each tile
+            // reads `xg` at each row's offset plus the positions of outputs below
+            // `positions.end` (inside the copy or input, by construction of `lines`)
+            // and writes outputs `first .. first + count` of channels `gi·mg + m0 ..`
+            // (`chans` of them) of image `b`, which no other task writes, inside `y`
+            // (checked above); a tile whose next 8 outputs are still the task's may
+            // store whole vectors there (later tiles overwrite them). `wg` holds the
+            // block's `kdim` rows of `CR`.
+            unsafe {
+                let to = |t: &avx2::Tile, half: usize| avx2::Store {
+                    y: yp.0.add((b * m + gi * mg + m0 + half) * plane + t.first),
+                    plane,
+                    chans: CR_AVX2.min(chans - half),
+                    count: t.count,
+                    spill: t.first + 8 <= positions.end,
+                };
+                let k_block = avx2::k_block(pointwise, plane);
+                avx2::task(xg, &lines.rows, wg, &start, chans, &tiles, k_block, to);
+            }
+            written = Some((positions.start, positions.end));
+        }
         // Line and column of the tile's first position, kept without a division.
         let (mut line, mut col) = (positions.start / lines.width, positions.start % lines.width);
         // A block of 16 channels or fewer (the last of 80, 112, 144 or 240) fills one
         // vector per position: its tiles take twice the positions, so that every
         // multiply-add still does 16 useful lanes.
-        let per_tile = match isa {
-            Isa::Avx2Fma => PR_AVX2,
-            Isa::Avx512 if chans <= 16 => 2 * PR,
-            Isa::Avx512 => PR,
+        let per_tile = if chans <= 16 { 2 * PR } else { PR };
+        let avx512_positions = match isa {
+            Isa::Avx512 => positions.clone(),
+            Isa::Avx2Fma => 0..0,
         };
-        // The outputs the task writes in each channel: consecutive, from `written.0`.
-        let mut written: Option<(usize, usize)> = None;
-        // With AVX2, the tiles (first position, positions, kept ones, first output),
-        // summed after the loop a block of weight rows at a time.
-        let mut avx2_tiles = Vec::new();
-        for q0 in positions.clone().step_by(per_tile) {
+        for q0 in avx512_positions.step_by(per_tile) {
             let count = per_tile.min(positions.end - q0);
             // Positions kept: consecutive outputs, from `first`.
             let mut keep = 0u32;
@@ -242,10 +276,6 @@ pub(crate) fn conv(
             // `first ..` of channels `gi·mg + m0 ..` (`chans` of them) of image `b`,
             // which no other task writes, inside `y` (checked above); `wg` holds the
             // block's `kdim` rows of `CR`.
-            if isa == Isa::Avx2Fma {
-                avx2_tiles.push((q0, count, keep, first));
-                continue;
-            }
             #[cfg(target_arch = "x86_64")]
             unsafe {
                 let yb = yp.0.add((b * m + gi * mg + m0) * plane);
@@ -264,27 +294,8 @@ pub(crate) fn conv(
             }
             #[cfg(not(target_arch = "x86_64"))]
             {
-                let _ = (xg, wg, start, yp, first, isa);
+                let _ = (xg, wg, start, yp, first);
                 unreachable!("`fits` holds only with AVX-512 or AVX2");
-            }
-        }
-        #[cfg(target_arch = "x86_64")]
-        if !avx2_tiles.is_empty() {
-            // SAFETY: AVX2 and FMA were checked by `fits`/`fits_spatial`; as for
-            // AVX-512 above, and a pointwise conv keeps every position, so a tile that
-            // does not end its task may store whole vectors into the task's next
-            // positions.
-            unsafe {
-                let to =
-                    |q0: usize, count: usize, keep: u32, first: usize, half: usize| avx2::Store {
-                        y: yp.0.add((b * m + gi * mg + m0 + half) * plane + first),
-                        plane,
-                        chans: CR_AVX2.min(chans - half),
-                        count,
-                        keep,
-                        spill: pointwise && q0 + 8 <= positions.end,
-                    };
-                avx2::task(xg, &lines.rows, wg, &start, chans, &avx2_tiles, to);
             }
         }
         if let (Some(tail), Some((from, to))) = (tail, written) {
@@ -368,32 +379,81 @@ mod avx2 {
     /// 2048->512 1x1 at 7x7 0.80, 1024->256 at 14x14 0.83; MobileNetV3's 672->112 at
     /// 14x14 0.86; no shape slower. Blocks of 256 rows gained half as much.
     const K_BLOCK: usize = 128;
+    /// Weight rows per block for pointwise convs on planes of at most
+    /// [`SHORT_PLANE`] positions: there a task's tiles read the block's whole input
+    /// rows, which with 128 rows (25 KiB on a 7x7 plane) and the weights (16 KiB) no
+    /// longer fit in L1. `kernel_table`'s 7x7 shapes (Zen 3, time against 128 rows,
+    /// median of 9 alternating rounds): ResNet-50's 2048->512 0.71-0.75, MobileNetV3's
+    /// 160->960 0.81-0.95; 32 rows ran 1.07-1.09x slower than 64. On 14x14 planes 64
+    /// rows ran 1.04-1.07x slower than 128.
+    const K_BLOCK_SHORT: usize = 64;
+    const SHORT_PLANE: usize = 64;
 
-    /// Where a tile's outputs go: channel `o` at `y + o·plane`, the positions of the
-    /// `count` in `keep` packed together. With `spill` (every position kept), the 8
-    /// values from `y` on belong to the caller, who writes those past `count` later:
-    /// each channel is stored as one vector.
+    /// Weight rows summed per block for a conv whose tiles read rows of `plane`
+    /// positions (`pointwise`) or a padded copy.
+    pub(super) fn k_block(pointwise: bool, plane: usize) -> usize {
+        if pointwise && plane <= SHORT_PLANE {
+            K_BLOCK_SHORT
+        } else {
+            K_BLOCK
+        }
+    }
+
+    /// Up to [`PR_AVX2`] consecutive outputs of a plane, summed together: output `o`
+    /// reads the input (or its padded copy) at position `o / kept · width + o % kept`,
+    /// so outputs on one line read consecutive values and a tile that crosses a line
+    /// jumps over the padding columns. (Tiles of consecutive positions over the padded
+    /// width summed those columns too and dropped them: a 7x7 plane's 3x3 conv summed
+    /// 66 positions for 49 outputs, a 14x14 one 222 for 196.)
+    pub(super) struct Tile {
+        /// The first output, and the position it reads.
+        pub first: usize,
+        at: usize,
+        pub count: usize,
+        /// Each output's position after `at`.
+        delta: [usize; PR_AVX2],
+    }
+
+    impl Tile {
+        pub(super) fn new(first: usize, count: usize, width: usize, kept: usize) -> Tile {
+            let position = |o: usize| o / kept * width + o % kept;
+            let at = position(first);
+            let mut delta = [0; PR_AVX2];
+            for (i, d) in delta.iter_mut().enumerate().take(count) {
+                *d = position(first + i) - at;
+            }
+            Tile {
+                first,
+                at,
+                count,
+                delta,
+            }
+        }
+    }
+
+    /// Where a tile's outputs go: channel `o` at `y + o·plane`, `count` values. With
+    /// `spill`, the 8 values from `y` on belong to the caller, who writes those past
+    /// `count` later: each channel is stored as one vector.
     pub(super) struct Store {
         pub y: *mut f32,
         pub plane: usize,
         pub chans: usize,
         pub count: usize,
-        pub keep: u32,
         pub spill: bool,
     }
 
     /// Sums of a tile kept between blocks of weight rows: positions × 16 channels.
     const SUMS: usize = PR_AVX2 * 16;
 
-    /// A task's `tiles` (first position, positions, kept ones, first output) × the
-    /// block's `chans` channels, in halves of 16, stored where `to(q0, count, keep,
-    /// first, half)` says. The weight rows are summed [`K_BLOCK`] at a time over all
+    /// A task's `tiles` × the block's `chans` channels, in halves of 16, stored where
+    /// `to(tile, half)` says. The weight rows are summed `k_block` at a time over all
     /// tiles, the sums in between kept in a buffer, so that a block's weights stay in
     /// L1 while the tiles read them.
     ///
     /// # Safety
     /// As for [`tile`], for every tile and half, with `wg` the block's `rows.len()`
     /// rows of [`CR`] and `start` its [`CR`] starting values.
+    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn task(
         x: &[f32],
@@ -401,12 +461,13 @@ mod avx2 {
         wg: &[f32],
         start: &[f32],
         chans: usize,
-        tiles: &[(usize, usize, u32, usize)],
-        to: impl Fn(usize, usize, u32, usize, usize) -> Store,
+        tiles: &[Tile],
+        k_block: usize,
+        to: impl Fn(&Tile, usize) -> Store,
     ) {
         use crate::ops::gemm_util::Scalar;
         let halves = chans.div_ceil(16);
-        let blocks = rows.len().div_ceil(K_BLOCK);
+        let blocks = rows.len().div_ceil(k_block);
         let kept = if blocks > 1 {
             tiles.len() * halves * SUMS
         } else {
@@ -414,9 +475,9 @@ mod avx2 {
         };
         f32::with_scratch(kept, |sums| {
             for kb in 0..blocks {
-                let k = kb * K_BLOCK..((kb + 1) * K_BLOCK).min(rows.len());
+                let k = kb * k_block..((kb + 1) * k_block).min(rows.len());
                 let wk = &wg[k.start * CR..];
-                for (ti, &(q0, count, keep, first)) in tiles.iter().enumerate() {
+                for (ti, t) in tiles.iter().enumerate() {
                     for h in 0..halves {
                         let half = 16 * h;
                         let at = (ti * halves + h) * SUMS;
@@ -425,12 +486,12 @@ mod avx2 {
                             _ => From::Sums(sums[at..].as_ptr()),
                         };
                         let dest = match kb + 1 == blocks {
-                            true => Dest::Out(to(q0, count, keep, first, half)),
+                            true => Dest::Out(to(t, half)),
                             false => Dest::Sums(sums[at..].as_mut_ptr()),
                         };
                         // SAFETY: as the caller vouched; `sums` holds the tile's
                         // SUMS values at `at`.
-                        unsafe { tile(x, &rows[k.clone()], q0, count, &wk[half..], from, dest) };
+                        unsafe { tile(x, &rows[k.clone()], t, &wk[half..], from, dest) };
                     }
                 }
             }
@@ -451,27 +512,19 @@ mod avx2 {
         Sums(*mut f32),
     }
 
-    /// Positions `q0 .. q0 + count` (`count` ≤ 6) × up to 16 output channels: sums over
-    /// the weight rows (row `r` reads `x` at `rows[r] + q`, its weights at
+    /// The tile's outputs × up to 16 output channels: sums over the weight rows (row
+    /// `r` reads `x` at `rows[r]` plus each output's position, its weights at
     /// `wg[r·CR ..]`, 16 of them), starting from `from`, stored as `to` says.
     ///
     /// # Safety
-    /// The CPU has AVX2 and FMA; `x[rows[r] + q]` is readable for every row and
-    /// position; `wg` holds `rows.len()` rows `CR` apart of 16 values; a `Start` has
-    /// 16, `Sums` [`SUMS`] readable or writable values; a `Store`'s `y` points to
-    /// `chans` planes of `plane` values whose positions stored nothing else accesses
-    /// during the call.
+    /// The CPU has AVX2 and FMA; `x[rows[r] + position]` is readable for every row and
+    /// output of the tile; `wg` holds `rows.len()` rows `CR` apart of 16 values; a
+    /// `Start` has 16, `Sums` [`SUMS`] readable or writable values; a `Store`'s `y`
+    /// points to `chans` planes of `plane` values whose outputs stored nothing else
+    /// accesses during the call.
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn tile(
-        x: &[f32],
-        rows: &[usize],
-        q0: usize,
-        count: usize,
-        wg: &[f32],
-        from: From,
-        to: Dest,
-    ) {
-        debug_assert!(count <= PR_AVX2 && wg.len() >= (rows.len() - 1) * CR + 16);
+    unsafe fn tile(x: &[f32], rows: &[usize], t: &Tile, wg: &[f32], from: From, to: Dest) {
+        debug_assert!(t.count <= PR_AVX2 && wg.len() >= (rows.len() - 1) * CR + 16);
         // SAFETY (whole body): as the caller vouched.
         unsafe {
             let mut acc = [[_mm256_setzero_ps(); 2]; PR_AVX2];
@@ -483,8 +536,9 @@ mod avx2 {
                     };
                 }
             }
-            let (xp, wp) = (x.as_ptr().add(q0), wg.as_ptr());
-            // Literal position counts keep the accumulators in registers.
+            let (xp, wp) = (x.as_ptr().add(t.at), wg.as_ptr());
+            let d = t.delta;
+            // Literal output counts keep the accumulators in registers.
             macro_rules! sums {
                 ($r:literal) => {
                     for (r, &off) in rows.iter().enumerate() {
@@ -492,14 +546,14 @@ mod avx2 {
                         let w1 = _mm256_loadu_ps(wp.add(r * CR + 8));
                         let xr = xp.add(off);
                         for (i, a) in acc.iter_mut().enumerate().take($r) {
-                            let xv = _mm256_broadcast_ss(&*xr.add(i));
+                            let xv = _mm256_broadcast_ss(&*xr.add(d[i]));
                             a[0] = _mm256_fmadd_ps(w0, xv, a[0]);
                             a[1] = _mm256_fmadd_ps(w1, xv, a[1]);
                         }
                     }
                 };
             }
-            match count {
+            match t.count {
                 6.. => sums!(6),
                 5 => sums!(5),
                 4 => sums!(4),
@@ -521,7 +575,7 @@ mod avx2 {
             // Rows are positions, lanes channels: transposed, rows are channels.
             for v in 0..2 {
                 let mut t = [_mm256_setzero_ps(); 8];
-                for (t, a) in t.iter_mut().zip(&acc[..count]) {
+                for (t, a) in t.iter_mut().zip(&acc[..to.count]) {
                     *t = a[v];
                 }
                 transpose8(&mut t);
@@ -532,14 +586,7 @@ mod avx2 {
                     } else {
                         let mut staged = [0.0f32; 8];
                         _mm256_storeu_ps(staged.as_mut_ptr(), *t);
-                        if to.keep == (1 << to.count) - 1 {
-                            std::ptr::copy_nonoverlapping(staged.as_ptr(), dst, to.count);
-                        } else {
-                            let kept = (0..to.count).filter(|j| to.keep >> j & 1 == 1);
-                            for (k, j) in kept.enumerate() {
-                                *dst.add(k) = staged[j];
-                            }
-                        }
+                        std::ptr::copy_nonoverlapping(staged.as_ptr(), dst, to.count);
                     }
                 }
             }
