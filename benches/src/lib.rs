@@ -29,10 +29,26 @@ impl ConvShape {
             .map(|i| (i + 2 * self.p - (self.k - 1) * self.d - 1) / self.s + 1)
     }
 
-    /// Floating-point operations of one run (2 per multiply-add).
+    /// Floating-point operations of one run: 2 per multiply-add whose tap reads data
+    /// (taps on the padding add `w·0`, which a kernel may skip; DeepLab's dilated
+    /// convs read data with a quarter to a half of their taps).
     pub fn flops(&self) -> f64 {
         let [oh, ow] = self.out();
-        2.0 * (self.m * self.c / self.group * self.k * self.k * oh * ow) as f64
+        // Per axis, the (output, tap) pairs that read data.
+        let reading = |len: usize, outs: usize| -> usize {
+            (0..outs)
+                .map(|o| {
+                    (0..self.k)
+                        .filter(|t| {
+                            let at = (o * self.s + t * self.d) as isize - self.p as isize;
+                            (0..len as isize).contains(&at)
+                        })
+                        .count()
+                })
+                .sum()
+        };
+        let taps = reading(self.hw[0], oh) * reading(self.hw[1], ow);
+        2.0 * (self.m * self.c / self.group * taps) as f64
     }
 }
 
@@ -120,6 +136,20 @@ pub const CONV_SHAPES: &[ConvShape] = &[
         p: 2,
         ..conv("deeplab_3x3d2_256_28", 256, 256, 1, 3, 1, 2, 28)
     },
+    // DeepLabV3-MobileNetV3's ASPP on its 33x33 map: dilated 3x3 convs whose taps
+    // mostly read padding, and its 1x1 convs.
+    ConvShape {
+        d: 12,
+        p: 12,
+        ..conv("deeplab_3x3d12_960to256_33", 960, 256, 1, 3, 1, 12, 33)
+    },
+    ConvShape {
+        d: 24,
+        p: 24,
+        ..conv("deeplab_3x3d24_960to256_33", 960, 256, 1, 3, 1, 24, 33)
+    },
+    conv("deeplab_1x1_960to256_33", 960, 256, 1, 1, 1, 0, 33),
+    conv("deeplab_3x3_256_33", 256, 256, 1, 3, 1, 1, 33),
 ];
 
 /// A batched MatMul `[batch, m, k] x [k, n]` (shared right operand, `batch_b = 1`) or

@@ -683,6 +683,18 @@ fn mostly_padding_taps() {
             p: [6, 3, 2, 9],
             ..base.clone()
         },
+        // More than 16 input channels: bands run on the channel-lanes kernel (with
+        // AVX2 too), an odd number of outputs per band, a batch of two.
+        Case {
+            n: 2,
+            cg: 40,
+            mg: 36,
+            h: 13,
+            w: 12,
+            d: [9, 7],
+            p: [9, 7, 9, 7],
+            ..base.clone()
+        },
     ];
     for (i, c) in cases.iter().enumerate() {
         assert!(window_fits(c), "case {i}");

@@ -46,13 +46,16 @@ const TASK_POSITIONS: usize = 32 * PR;
 /// with 16 or more input channels; with AVX-512, 32 or more output channels per group
 /// on a plane of fewer than 1024 positions or with 128 or more input channels; with
 /// AVX2 only, 16 or more output channels on a plane of at most [`AVX2_SMALL_PLANE`]
-/// positions, or fewer than 1024 with 128 or more input channels.
+/// positions, or fewer than 2048 with 128 or more input channels.
 ///
 /// With AVX2 on a Zen 3 (time here / direct conv on `kernel_table`'s shapes, median of
 /// 15 alternating rounds of a scratch build that switched between the two):
 /// MobileNetV3's 672->112 at 14x14 0.73, 112->672 0.79, 160->960 at 7x7 0.83;
 /// ResNet-50's 1024->256 at 14x14 0.78, 2048->512 at 7x7 0.94, 512->128 at 28x28
-/// 0.95; but 40->240 at 28x28 1.03.
+/// 0.95; but 40->240 at 28x28 1.03. Later (A/B of two `kernel_table`
+/// builds, median of 11-15 rounds): DeepLab's 960->256 at 33x33 0.89-0.90,
+/// while ResNet-50's 256->64 at 56x56 ran 0.98-1.06 (within the host's noise), so
+/// planes from 2048 positions on stay direct.
 ///
 /// `kernel_table` (least of 20 runs, % of the FMA peak, packed GEMM -> here), ResNet-50:
 /// 2048->512 at 7x7 65 -> 95, 1024->256 at 14x14 72 -> 99, 512->128 at 28x28 82 -> 97,
@@ -65,7 +68,7 @@ pub(crate) fn fits(g: &Win3, mg: usize, cg: usize) -> bool {
         Some(Isa::Avx512) => mg >= CR && (g.out_vol() < 1024 || cg >= 128),
         Some(Isa::Avx2Fma) => {
             let plane = g.out_vol();
-            mg >= CR_AVX2 && (plane <= AVX2_SMALL_PLANE || plane < 1024 && cg >= 128)
+            mg >= CR_AVX2 && (plane <= AVX2_SMALL_PLANE || plane < 2048 && cg >= 128)
         }
         None => false,
     };
@@ -75,15 +78,18 @@ pub(crate) fn fits(g: &Win3, mg: usize, cg: usize) -> bool {
 /// Whether [`conv`] runs this conv here: a 2-D conv of stride 1 or 2 with a kernel
 /// larger than 1x1 and no negative padding, with 8 or more input channels per group
 /// and, with AVX-512, 32 or more output channels; with AVX2 only, 16 or more output
-/// channels, more than 16 input channels per group and no dilation.
+/// channels and more than 16 input channels per group.
 ///
 /// With AVX2 on a Zen 3 (time here, with weight rows in blocks, / direct conv, median
 /// of 7 alternating rounds): ResNet-50's 3x3 stride 2 from 56x56 0.74, from 28x28
 /// 0.71, at 28x28 0.86, 14x14 0.84, 7x7 0.91, 56x56 0.94; YOLO's 64->128 stride 2 at
 /// 40x40 0.83, 80->80 at 40x40 0.91; RegNet's 512 channels in groups of 64 at 14x14
 /// 0.88. But with 16 input channels per group: YOLO's 16->32 stride 2 1.15-1.18,
-/// RegNet's groups of 16 1.09; and DeepLab's dilated 3x3 1.39 (before row blocks):
-/// those stay on the direct kernel.
+/// RegNet's groups of 16 1.09: those stay on the direct kernel. Dilated convs ran
+/// 1.39x slower here before weight rows went in blocks and tiles skipped the padding
+/// columns; since, `kernel_table` against the direct conv (median of 5 rounds):
+/// DeepLab's 3x3 of dilation 2 at 28x28 0.77, and its ASPP convs on the 33x33 map
+/// (bands of [`super::conv`]'s `padding_bands`) 0.69 (dilation 12), 0.66 (24).
 ///
 /// `kernel_table` (% of the FMA peak, direct conv -> here): ResNet-50's 3x3 at 56x56
 /// 79 -> 92, 28x28 81 -> 92, 14x14 79 -> 87, 7x7 65 -> 76, stride 2 from 56x56 70 ->
@@ -94,7 +100,7 @@ pub(crate) fn fits(g: &Win3, mg: usize, cg: usize) -> bool {
 pub(crate) fn fits_spatial(g: &Win3, mg: usize, cg: usize) -> bool {
     let on_isa = match crate::cpu::conv_isa() {
         Some(Isa::Avx512) => mg >= CR,
-        Some(Isa::Avx2Fma) => mg >= CR_AVX2 && cg > 16 && g.dil == [1; 3],
+        Some(Isa::Avx2Fma) => mg >= CR_AVX2 && cg > 16,
         None => false,
     };
     on_isa
@@ -147,7 +153,9 @@ struct Lines {
 ///
 /// A pointwise conv reads its input as is. Others read a zero-padded copy (see
 /// [`padded_copy`]), with positions over the padded (phase) width: output `(h, w)` is
-/// position `h·width + w`, and each tap reads it at a fixed offset from there.
+/// position `h·width + w`, and each tap reads it at a fixed offset from there. With
+/// AVX-512 a tile is consecutive positions (those in padding columns summed and
+/// dropped), with AVX2 consecutive outputs (see `avx2::Tile`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn conv(
     wt: &[f32],
@@ -790,15 +798,18 @@ mod tests {
             (2, 10, 40, 1, win(15, 13, [3, 3], 2, 1, [0, 1, 1, 0])),
             (1, 8, 48, 1, win(12, 17, [5, 5], 2, 2, [3, 2, 4, 1])),
             (1, 24, 32, 1, win(9, 9, [2, 2], 2, 1, [0; 4])),
+            // Dilated, with more than 16 input channels (AVX2 takes them too).
+            (1, 20, 40, 1, win(13, 12, [3, 3], 1, 3, [3, 2, 3, 4])),
+            (1, 24, 32, 1, win(15, 15, [3, 3], 2, 2, [2; 4])),
         ];
         let mut ran = 0;
         for (i, &(n, c, m, group, g)) in cases.iter().enumerate() {
             let (cg, mg) = (c / group, m / group);
-            // With AVX2 only, all but the dilated convs and spatial ones of 16 or fewer
-            // input channels per group.
+            // With AVX2 only, all but spatial ones of 16 or fewer input channels per
+            // group.
             let here = fits(&g, mg, cg) || fits_spatial(&g, mg, cg);
             let spatial_ok = g.k_vol() == 1 || cg > 16;
-            let expected = isa == Isa::Avx512 || g.dil == [1; 3] && spatial_ok;
+            let expected = isa == Isa::Avx512 || spatial_ok;
             assert_eq!(here, expected, "case {i}");
             if !here {
                 continue;

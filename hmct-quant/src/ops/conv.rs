@@ -62,11 +62,11 @@ pub(crate) struct Derived {
     /// The weights transposed for [`super::channel_lanes`].
     transposed: std::sync::OnceLock<Vec<f32>>,
     /// The weights' taps `(rows, columns)` of the bands of a padding-heavy conv
-    /// ([`padding_bands`]), copied out once.
+    /// ([`padding_bands`]), copied out once, with what their kernels derive from them.
     band_taps: BandTaps,
 }
 
-type BandTaps = std::sync::Mutex<Vec<([usize; 4], std::sync::Arc<Vec<f32>>)>>;
+type BandTaps = std::sync::Mutex<Vec<([usize; 4], std::sync::Arc<(Vec<f32>, Derived)>)>>;
 
 impl WeightCache {
     fn new(spec: &NodeSpec) -> WeightCache {
@@ -420,24 +420,8 @@ pub(crate) fn conv_nd<T: Scalar>(
         let mut y = crate::buffers::take::<T>(n * m * out_vol);
         let bf = bias.and_then(f32_slice);
         if let Some(yf) = f32_slice_mut(&mut y) {
-            if super::packed_gemm::conv_prefers(&g_f32, m / group, kdim)
-                && super::packed_gemm::available()
-                && !super::channel_lanes::fits(&g_f32, m / group, c_f32 / group)
-            {
-                let pack = || super::packed_gemm::pack_conv_weights(wf, m, group, kdim);
-                let mut fresh = None;
-                let packed = kept_or_fresh(derived.map(|d| &d.packed), &mut fresh, pack);
-                super::packed_gemm::conv(packed, xf, bf, yf, n, c_f32, m, group, &g_f32, tail);
-            } else if super::channel_lanes::fits(&g_f32, m / group, c_f32 / group)
-                || super::channel_lanes::fits_spatial(&g_f32, m / group, c_f32 / group)
-            {
-                let pack = || super::channel_lanes::pack_weights(wf, m, group, kdim);
-                let mut fresh = None;
-                let packed = kept_or_fresh(derived.map(|d| &d.transposed), &mut fresh, pack);
-                super::channel_lanes::conv(packed, xf, bf, yf, n, c_f32, m, group, &g_f32, tail);
-            } else {
-                super::conv_direct::conv(isa, xf, wf, bf, yf, n, c_f32, m, group, &g_f32, tail);
-            }
+            let dims = [n, c_f32, m, group];
+            conv_f32(isa, xf, wf, bf, yf, dims, &g_f32, derived, tail);
             if let Some((xd, _)) = gathered {
                 crate::buffers::give_vec(xd);
             }
@@ -538,6 +522,44 @@ pub(crate) fn conv_nd<T: Scalar>(
     }
     apply_tail(tail, &mut y);
     Ok((y, shape, tail_ran))
+}
+
+/// `y = conv(x, w) + bias` for f32 data that [`super::conv_direct::fits`], on the
+/// kernel that runs it fastest: the packed GEMM (pointwise convs, with AVX-512),
+/// channel lanes, or the direct conv. `dims` is `[n, c, m, group]`; packed weights
+/// are kept in `derived` when there is one.
+#[allow(clippy::too_many_arguments)]
+fn conv_f32(
+    isa: crate::cpu::Isa,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    dims: [usize; 4],
+    g: &Win3,
+    derived: Option<&Derived>,
+    tail: Option<&Tail>,
+) {
+    let [n, c, m, group] = dims;
+    let kdim = c / group * g.k_vol();
+    let (mg, cg) = (m / group, c / group);
+    if super::packed_gemm::conv_prefers(g, mg, kdim)
+        && super::packed_gemm::available()
+        && !super::channel_lanes::fits(g, mg, cg)
+    {
+        let pack = || super::packed_gemm::pack_conv_weights(w, m, group, kdim);
+        let mut fresh = None;
+        let packed = kept_or_fresh(derived.map(|d| &d.packed), &mut fresh, pack);
+        super::packed_gemm::conv(packed, x, bias, y, n, c, m, group, g, tail);
+    } else if super::channel_lanes::fits(g, mg, cg) || super::channel_lanes::fits_spatial(g, mg, cg)
+    {
+        let pack = || super::channel_lanes::pack_weights(w, m, group, kdim);
+        let mut fresh = None;
+        let packed = kept_or_fresh(derived.map(|d| &d.transposed), &mut fresh, pack);
+        super::channel_lanes::conv(packed, x, bias, y, n, c, m, group, g, tail);
+    } else {
+        super::conv_direct::conv(isa, x, w, bias, y, n, c, m, group, g, tail);
+    }
 }
 
 /// Runs `tail` on all of `y` (f32) after a kernel that does not run it as it stores.
@@ -816,24 +838,36 @@ fn conv_bands(
             }
         }
         let key = [th.start, th.end, tw.start, tw.end];
-        let copy_taps = || kernel_taps(w, filters, g.kernel, [0..1, th.clone(), tw.clone()]);
-        let taps = match derived {
+        let copy_taps = || {
+            let taps = kernel_taps(w, filters, g.kernel, [0..1, th.clone(), tw.clone()]);
+            std::sync::Arc::new((taps, Derived::default()))
+        };
+        let weights = match derived {
             Some(derived) => {
                 let mut held = derived.band_taps.lock().unwrap_or_else(|e| e.into_inner());
                 match held.iter().find(|(k, _)| *k == key) {
                     Some((_, t)) => t.clone(),
                     None => {
-                        let t = std::sync::Arc::new(copy_taps());
+                        let t = copy_taps();
                         held.push((key, t.clone()));
                         t
                     }
                 }
             }
-            None => std::sync::Arc::new(copy_taps()),
+            None => copy_taps(),
         };
+        let (taps, band_derived) = (&weights.0, derived.map(|_| &weights.1));
         let mut out = crate::buffers::take::<f32>(n * m * rh * rw);
-        super::conv_direct::conv(
-            isa, &crop, &taps, bias, &mut out, n, c, m, group, &sub, None,
+        conv_f32(
+            isa,
+            &crop,
+            taps,
+            bias,
+            &mut out,
+            dims,
+            &sub,
+            band_derived,
+            None,
         );
         for (plane, src) in y.chunks_exact_mut(oh * ow).zip(out.chunks_exact(rh * rw)) {
             for (r, src_row) in src.chunks_exact(rw).enumerate() {
