@@ -543,11 +543,9 @@ fn conv_f32(
     let [n, c, m, group] = dims;
     let kdim = c / group * g.k_vol();
     let (mg, cg) = (m / group, c / group);
-    if super::packed_gemm::conv_prefers(g, mg, kdim)
-        && super::packed_gemm::available()
-        && !super::channel_lanes::fits(g, mg, cg)
+    if super::packed_gemm::conv_prefers(isa, g, mg, kdim) && !super::channel_lanes::fits(g, mg, cg)
     {
-        let pack = || super::packed_gemm::pack_conv_weights(w, m, group, kdim);
+        let pack = || super::packed_gemm::pack_conv_weights(isa, w, m, group, kdim);
         let mut fresh = None;
         let packed = kept_or_fresh(derived.map(|d| &d.packed), &mut fresh, pack);
         super::packed_gemm::conv(packed, x, bias, y, n, c, m, group, g, tail);

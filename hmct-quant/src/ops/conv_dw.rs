@@ -48,7 +48,7 @@ pub(crate) fn fits(g: &Win3) -> bool {
     let rows_fit = super::dw_rows::fits(g.out[2], g.k_vol(), g.kernel[2]);
     #[cfg(not(target_arch = "x86_64"))]
     let rows_fit = false;
-    super::packed_gemm::available()
+    crate::cpu::conv_isa() == Some(crate::cpu::Isa::Avx512)
         && g.input[0] == 1
         && g.out[0] == 1
         && g.kernel[0] == 1
@@ -410,7 +410,7 @@ mod tests {
     /// bands of rows (stride 1 and 2), dilation, uneven padding and batches.
     #[test]
     fn same_bits_as_the_per_plane_path() {
-        if !super::super::packed_gemm::available() {
+        if !(crate::cpu::conv_isa() == Some(crate::cpu::Isa::Avx512)) {
             return;
         }
         let cases = [

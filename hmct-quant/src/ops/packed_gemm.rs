@@ -1,17 +1,18 @@
-//! A packed f32 GEMM for AVX-512: `C = start + A·B`, each output summed from its start
-//! value over `k` in order with fused multiply-adds. Pointwise convs run on it (see
-//! [`conv_prefers`] for what was measured).
+//! A packed f32 GEMM for AVX-512 or AVX2: `C = start + A·B`, each output summed from
+//! its start value over `k` in order with fused multiply-adds. Pointwise convs run on
+//! it (see [`conv_prefers`] for what was measured).
 //!
-//! `A` (whose elements are broadcast) is packed in tiles of [`MR`] rows, `k`-major, so
+//! `A` (whose elements are broadcast) is packed in tiles of `mr` rows, `k`-major, so
 //! a tile's weights for one `k` are adjacent; conv weights are constants, so
 //! [`super::conv`] packs them once per plan. `B` is packed right before use, a block of
-//! [`KC`] × [`NC`] at a time (it stays in the 1 MiB L2 cache), in panels of [`KC`] ×
-//! [`NR`] read in order: by a caller-given packer, so a conv packs its input's
-//! windows (implicit im2col) and a matrix is packed as is. Each register tile of
-//! `MR` rows × `NR` columns (24 zmm accumulators, two vectors of `B` and one broadcast
-//! per `k`) then runs at the FMA units' rate; its `A` tile (6 KiB) stays in L1
-//! while it sweeps the block's panels. Blocks of `k` after the first add to the sums
-//! the previous one stored (exact: f32 values round-trip through memory).
+//! `kc` × `nc` at a time (it stays in the L2 cache), in panels of `kc` × `nr` read in
+//! order: by a caller-given packer, so a conv packs its input's windows (implicit
+//! im2col) and a matrix is packed as is. Each register tile of `mr` rows × `nr`
+//! columns (AVX-512: 12 × 32 in 24 zmm accumulators; AVX2: 6 × 16 in 12 ymm; two
+//! vectors of `B` and one broadcast per row and `k`) then runs at the FMA units' rate;
+//! its `A` tile stays in L1 while it sweeps the block's panels (see [`Geometry`]).
+//! Blocks of `k` after the first add to the sums the previous one stored (exact: f32
+//! values round-trip through memory).
 //!
 //! The direct conv ([`super::conv_direct`]) sums `bias + Σ_c Σ_taps w·x` in the same
 //! order with the same instructions, so a conv gives the same bits on either path,
@@ -21,38 +22,64 @@ use std::cell::RefCell;
 
 use super::gemm_util::MatRef;
 use super::window::Win3;
+use crate::cpu::Isa;
 
-/// Rows and columns of a register tile.
-pub(crate) const MR: usize = 12;
-pub(crate) const NR: usize = 32;
-/// Depth and width of a packed block of `B`: 192 KiB, in L2 beside its `A` tiles.
-/// A panel (`KC` × `NR`) is 16 KiB, half of L1, beside the `A` tile it meets; at a
-/// depth of 256 it filled L1 alone (`kernel_table`: ResNet-50's 256->64 at 56x56
+/// The blocking of one instruction set: rows and columns of a register tile (`mr`,
+/// `nr`), and the depth and width of a packed block of `B` (`kc`, `nc`).
+///
+/// AVX-512: a block is 128 × 384 (192 KiB, in a 1 MiB L2 beside its `A` tiles); a
+/// panel (`kc` × `nr`) is 16 KiB, half of L1, beside the 6 KiB `A` tile it meets; at
+/// a depth of 256 it filled L1 alone (`kernel_table`: ResNet-50's 256->64 at 56x56
 /// went from 73% to 84% of the FMA peak, 64->256 from 83% to 89%; blocks of `k`
-/// after the first add to stored sums, so the bits are the same).
-const KC: usize = 128;
-pub(crate) const NC: usize = 12 * NR;
-
-/// Whether the packed GEMM runs here: the CPU has AVX-512 and `HMCT_CONV_ISA` does not
-/// ask for AVX2 (so the two paths can be timed against each other).
-pub(crate) fn available() -> bool {
-    crate::cpu::conv_isa() == Some(crate::cpu::Isa::Avx512)
+/// after the first add to stored sums, so the bits are the same). AVX2 (Zen 3, 512
+/// KiB L2) keeps the same block: depths 128 and 256 by widths 192, 384 and 768, and
+/// sweeping panels outside row tiles instead of inside, all ran ResNet-50's 1x1 convs
+/// at 56x56 within 3% of each other.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Geometry {
+    pub mr: usize,
+    pub nr: usize,
+    kc: usize,
+    nc: usize,
 }
 
-/// `A` packed in tiles of [`MR`] rows: tile `t` holds rows `t·MR ..` as `k` groups of
-/// `MR` values (rows past the last are zero).
+impl Geometry {
+    pub(crate) fn of(isa: Isa) -> Geometry {
+        match isa {
+            Isa::Avx512 => Geometry {
+                mr: 12,
+                nr: 32,
+                kc: 128,
+                nc: 384,
+            },
+            Isa::Avx2Fma => Geometry {
+                mr: AVX2_MR,
+                nr: 16,
+                kc: 128,
+                nc: 384,
+            },
+        }
+    }
+}
+
+const AVX2_MR: usize = 6;
+
+/// `A` packed in tiles of `mr` rows: tile `t` holds rows `t·mr ..` as `k` groups of
+/// `mr` values (rows past the last are zero), for the register tiles of `isa`.
 pub(crate) struct PackedA {
     data: Vec<f32>,
     m: usize,
     k: usize,
+    isa: Isa,
 }
 
 impl PackedA {
-    pub(crate) fn new(a: MatRef<f32>, m: usize, k: usize) -> PackedA {
+    pub(crate) fn new(a: MatRef<f32>, m: usize, k: usize, isa: Isa) -> PackedA {
         let mut p = PackedA {
             data: Vec::new(),
             m,
             k,
+            isa,
         };
         p.repack(a, m, k);
         p
@@ -60,14 +87,15 @@ impl PackedA {
 
     /// Packs `a` into this buffer (reusing its memory).
     pub(crate) fn repack(&mut self, a: MatRef<f32>, m: usize, k: usize) {
-        let tiles = m.div_ceil(MR);
+        let mr = Geometry::of(self.isa).mr;
+        let tiles = m.div_ceil(mr);
         self.data.clear();
-        self.data.resize(tiles * MR * k, 0.0);
+        self.data.resize(tiles * mr * k, 0.0);
         (self.m, self.k) = (m, k);
-        for (t, tile) in self.data.chunks_exact_mut(MR * k.max(1)).enumerate() {
-            for r in 0..MR.min(m - t * MR) {
-                let row = &a.data[(t * MR + r) * a.rs..];
-                for (kk, d) in tile.iter_mut().skip(r).step_by(MR).enumerate() {
+        for (t, tile) in self.data.chunks_exact_mut(mr * k.max(1)).enumerate() {
+            for r in 0..mr.min(m - t * mr) {
+                let row = &a.data[(t * mr + r) * a.rs..];
+                for (kk, d) in tile.iter_mut().skip(r).step_by(mr).enumerate() {
                     *d = row[kk * a.cs];
                 }
             }
@@ -93,10 +121,10 @@ pub(crate) enum Start<'a> {
     Output,
 }
 
-/// Packs rows `k0 .. k0 + kc` × columns `j0 .. j0 + cols` (`cols <= NR`) of `B` into
-/// `dst` (`kc` rows of `NR`; columns from `cols` on must be written as zero).
+/// Packs rows `k0 .. k0 + kc` × columns `j0 .. j0 + cols` (`cols <= nr`) of `B` into
+/// `dst` (`kc` rows of `nr`; columns from `cols` on must be written as zero).
 pub(crate) trait PackB {
-    fn pack(&self, k0: usize, kc: usize, j0: usize, cols: usize, dst: &mut [f32]);
+    fn pack(&self, k0: usize, kc: usize, j0: usize, cols: usize, nr: usize, dst: &mut [f32]);
 }
 
 thread_local! {
@@ -104,11 +132,11 @@ thread_local! {
 }
 
 /// `C[i][j] = start_i + Σ_k A[i][k]·B[k][j]` for rows `rows` of `a` (the first a
-/// multiple of [`MR`]) and columns `columns` of `b`; `C[i][j]` is at
+/// multiple of its tiles' `mr`) and columns `columns` of `b`; `C[i][j]` is at
 /// `c + (i - rows.start)·ldc + j - columns.start`.
 ///
 /// # Safety
-/// The CPU has AVX-512 ([`available`]); `c` points to the `rows.len() × columns.len()`
+/// The CPU runs `a`'s instruction set; `c` points to the `rows.len() × columns.len()`
 /// block with row stride `ldc >= columns.len()`, which nothing else accesses during the
 /// call; `Start::Bias` has a value for every row of `rows`.
 pub(crate) unsafe fn gemm(
@@ -120,7 +148,9 @@ pub(crate) unsafe fn gemm(
     c: *mut f32,
     ldc: usize,
 ) {
-    debug_assert!(rows.start.is_multiple_of(MR) && rows.end <= a.m);
+    let Geometry { mr, nr, kc, nc } = Geometry::of(a.isa);
+    let (kc_max, nc_max) = (kc, nc);
+    debug_assert!(rows.start.is_multiple_of(mr) && rows.end <= a.m);
     let n = columns.len();
     if rows.is_empty() || n == 0 {
         return;
@@ -139,43 +169,47 @@ pub(crate) unsafe fn gemm(
         return;
     }
     let mut block = B_BLOCK.with(|cell| cell.take());
-    block.resize(KC * NC, 0.0);
-    for j0 in (0..n).step_by(NC) {
-        let nc = NC.min(n - j0);
-        let panels = nc.div_ceil(NR);
-        for k0 in (0..k).step_by(KC) {
-            let kc = KC.min(k - k0);
+    block.resize(kc_max * nc_max, 0.0);
+    for j0 in (0..n).step_by(nc_max) {
+        let nc = nc_max.min(n - j0);
+        let panels = nc.div_ceil(nr);
+        for k0 in (0..k).step_by(kc_max) {
+            let kc = kc_max.min(k - k0);
             for p in 0..panels {
-                let cols = NR.min(nc - p * NR);
+                let cols = nr.min(nc - p * nr);
                 b.pack(
                     k0,
                     kc,
-                    columns.start + j0 + p * NR,
+                    columns.start + j0 + p * nr,
                     cols,
-                    &mut block[p * kc * NR..][..kc * NR],
+                    nr,
+                    &mut block[p * kc * nr..][..kc * nr],
                 );
             }
             let from = if k0 == 0 { start } else { Start::Output };
-            for t0 in rows.clone().step_by(MR) {
-                let r = MR.min(rows.end - t0);
-                // Tile `t0 / MR` starts at `t0 · k`; its `k0`-th group at `k0 · MR`.
-                let at = a.data[t0 * k + k0 * MR..].as_ptr();
+            let run = |t0: usize, p: usize| {
+                let r = mr.min(rows.end - t0);
+                // Tile `t0 / mr` starts at `t0 · k`; its `k0`-th group at `k0 · mr`.
+                let at = a.data[t0 * k + k0 * mr..].as_ptr();
                 let bias = match from {
                     Start::Bias(bias) => Some(&bias[t0..t0 + r]),
                     _ => None,
                 };
+                let cols = nr.min(nc - p * nr);
+                // SAFETY: the tile reads `kc` groups of `mr` packed values of `a`
+                // and `kc` rows of `nr` of the block, and accesses rows
+                // `t0 .. t0 + r` × columns `j0 + p·nr ..` (`cols` of them) of the
+                // caller's block.
+                unsafe {
+                    let ct = c.add((t0 - rows.start) * ldc + j0 + p * nr);
+                    let bt = block.as_ptr().add(p * kc * nr);
+                    let load = matches!(from, Start::Output);
+                    tile(a.isa, r, kc, at, bt, ct, ldc, cols, bias, load);
+                }
+            };
+            for t0 in rows.clone().step_by(mr) {
                 for p in 0..panels {
-                    let cols = NR.min(nc - p * NR);
-                    // SAFETY: the tile reads `kc` groups of `MR` packed values of `a`
-                    // and `kc` rows of `NR` of the block, and accesses rows
-                    // `t0 .. t0 + r` × columns `j0 + p·NR ..` (`cols` of them) of the
-                    // caller's block.
-                    unsafe {
-                        let ct = c.add((t0 - rows.start) * ldc + j0 + p * NR);
-                        let bt = block.as_ptr().add(p * kc * NR);
-                        let load = matches!(from, Start::Output);
-                        tile(r, kc, at, bt, ct, ldc, cols, bias, load);
-                    }
+                    run(t0, p);
                 }
             }
         }
@@ -183,12 +217,13 @@ pub(crate) unsafe fn gemm(
     B_BLOCK.with(|cell| cell.replace(block));
 }
 
-/// One register tile of `r <= MR` rows.
+/// One register tile of `r <= mr` rows.
 ///
 /// # Safety
 /// As in [`gemm`]'s body.
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile(
+    isa: Isa,
     r: usize,
     kc: usize,
     a: *const f32,
@@ -202,6 +237,17 @@ unsafe fn tile(
     #[cfg(target_arch = "x86_64")]
     // SAFETY: forwarded from the caller.
     unsafe {
+        if isa == Isa::Avx2Fma {
+            let f = match r {
+                6 => avx2::tile::<6>,
+                5 => avx2::tile::<5>,
+                4 => avx2::tile::<4>,
+                3 => avx2::tile::<3>,
+                2 => avx2::tile::<2>,
+                _ => avx2::tile::<1>,
+            };
+            return f(kc, a, b, c, ldc, cols, bias, load);
+        }
         let f = match r {
             12 => avx512::tile::<12>,
             11 => avx512::tile::<11>,
@@ -220,8 +266,8 @@ unsafe fn tile(
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (r, kc, a, b, c, ldc, cols, bias, load);
-        unreachable!("the packed GEMM runs only where `available` said so");
+        let _ = (isa, r, kc, a, b, c, ldc, cols, bias, load);
+        unreachable!("the packed GEMM runs only on x86-64 with AVX2 or AVX-512");
     }
 }
 
@@ -315,12 +361,82 @@ mod avx512 {
                     acc[0] = _mm512_fmadd_ps(w, x0, acc[0]);
                     acc[1] = _mm512_fmadd_ps(w, x1, acc[1]);
                 }
-                a = a.add(super::MR);
-                b = b.add(super::NR);
+                a = a.add(12);
+                b = b.add(32);
             }
             for (i, acc) in acc.iter().enumerate() {
                 for (v, &acc) in acc.iter().enumerate() {
                     _mm512_mask_storeu_ps(c.add(i * ldc + 16 * v), masks[v], acc);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    /// `R` rows × `cols` (≤ 16) columns: starts from the bias (or zero), or from `c`
+    /// when `load`, adds `kc` products, stores into `c`. A tile of fewer columns goes
+    /// through a buffer on the stack (masked loads and stores are slow on Zen 3).
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn tile<const R: usize>(
+        kc: usize,
+        mut a: *const f32,
+        mut b: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        cols: usize,
+        bias: Option<&[f32]>,
+        load: bool,
+    ) {
+        let mut buf = [[0f32; 16]; R];
+        let (out, ld) = if cols == 16 {
+            (c, ldc)
+        } else {
+            if load {
+                for (i, row) in buf.iter_mut().enumerate() {
+                    // SAFETY: row i of the caller's tile has `cols` values.
+                    row[..cols].copy_from_slice(unsafe { std::slice::from_raw_parts(c.add(i * ldc), cols) });
+                }
+            }
+            (buf.as_mut_ptr().cast::<f32>(), 16)
+        };
+        let mut acc = [[_mm256_setzero_ps(); 2]; R];
+        // SAFETY (whole body): the caller vouches for `kc` groups of `mr` values at
+        // `a`, `kc` rows of 16 at `b`, and `R` rows of `cols` values at `c`; `out` is
+        // either `c` with 16 columns per row or the stack buffer.
+        unsafe {
+            for (i, acc) in acc.iter_mut().enumerate() {
+                for (v, acc) in acc.iter_mut().enumerate() {
+                    *acc = match bias {
+                        _ if load => _mm256_loadu_ps(out.add(i * ld + 8 * v)),
+                        Some(bias) => _mm256_set1_ps(bias[i]),
+                        None => _mm256_setzero_ps(),
+                    };
+                }
+            }
+            for _ in 0..kc {
+                let x0 = _mm256_loadu_ps(b);
+                let x1 = _mm256_loadu_ps(b.add(8));
+                for (i, acc) in acc.iter_mut().enumerate() {
+                    let w = _mm256_broadcast_ss(&*a.add(i));
+                    acc[0] = _mm256_fmadd_ps(w, x0, acc[0]);
+                    acc[1] = _mm256_fmadd_ps(w, x1, acc[1]);
+                }
+                a = a.add(super::AVX2_MR);
+                b = b.add(16);
+            }
+            for (i, acc) in acc.iter().enumerate() {
+                for (v, &acc) in acc.iter().enumerate() {
+                    _mm256_storeu_ps(out.add(i * ld + 8 * v), acc);
+                }
+            }
+            if cols < 16 {
+                for (i, row) in buf.iter().enumerate() {
+                    std::ptr::copy_nonoverlapping(row.as_ptr(), c.add(i * ldc), cols);
                 }
             }
         }
@@ -336,9 +452,9 @@ pub(crate) struct MatrixB<'a>(pub MatRef<'a, f32>);
 
 #[cfg(test)]
 impl PackB for MatrixB<'_> {
-    fn pack(&self, k0: usize, kc: usize, j0: usize, cols: usize, dst: &mut [f32]) {
+    fn pack(&self, k0: usize, kc: usize, j0: usize, cols: usize, nr: usize, dst: &mut [f32]) {
         let b = self.0;
-        for (kk, row) in dst.chunks_exact_mut(NR).take(kc).enumerate() {
+        for (kk, row) in dst.chunks_exact_mut(nr).take(kc).enumerate() {
             let first = (k0 + kk) * b.rs + j0 * b.cs;
             if b.cs == 1 {
                 row[..cols].copy_from_slice(&b.data[first..first + cols]);
@@ -363,7 +479,7 @@ pub(crate) struct ConvB<'a> {
 }
 
 impl PackB for ConvB<'_> {
-    fn pack(&self, k0: usize, kc: usize, j0: usize, cols: usize, dst: &mut [f32]) {
+    fn pack(&self, k0: usize, kc: usize, j0: usize, cols: usize, nr: usize, dst: &mut [f32]) {
         let g = self.g;
         let (in_vol, k_vol) = (g.in_vol(), g.k_vol());
         let iw = g.input[2];
@@ -371,7 +487,7 @@ impl PackB for ConvB<'_> {
         let [_, _, kw] = g.kernel;
         if k_vol == 1 && g.stride == [1; 3] && g.pad == [0; 3] && g.out == g.input {
             // Pointwise: row c is channel c's positions as they are.
-            for (kk, row) in dst.chunks_exact_mut(NR).take(kc).enumerate() {
+            for (kk, row) in dst.chunks_exact_mut(nr).take(kc).enumerate() {
                 row[..cols].copy_from_slice(&self.x[(k0 + kk) * in_vol + j0..][..cols]);
                 row[cols..].fill(0.0);
             }
@@ -379,7 +495,7 @@ impl PackB for ConvB<'_> {
         }
         // The panel's columns by output row: (output row, first column, count, offset
         // in the panel).
-        let mut segs = [(0usize, 0usize, 0usize, 0usize); NR];
+        let mut segs = [(0usize, 0usize, 0usize, 0usize); 32];
         let mut nseg = 0;
         let mut j = j0;
         while j < j0 + cols {
@@ -400,7 +516,7 @@ impl PackB for ConvB<'_> {
         } else {
             &(0..kw).map(|tb| g.inner_range(tb)).collect::<Vec<_>>()[..]
         };
-        for (kk, row) in dst.chunks_exact_mut(NR).take(kc).enumerate() {
+        for (kk, row) in dst.chunks_exact_mut(nr).take(kc).enumerate() {
             let kr = k0 + kk;
             let (ci, tap) = (kr / k_vol, kr % k_vol);
             let (ta, tb) = (tap / kw, tap % kw);
@@ -418,7 +534,7 @@ impl PackB for ConvB<'_> {
                 let (a, e) = (lo.clamp(c0, c0 + len), hi.clamp(c0, c0 + len));
                 let s = g.stride[2];
                 #[cfg(target_arch = "x86_64")]
-                if available() {
+                if Isa::Avx512.supported() {
                     // SAFETY: AVX-512 was checked; lanes [a - c0, e - c0) read
                     // `src[c * s + off]` for columns c in [a, e), inside the row by
                     // `inner_range`, and the stores cover `out`'s `len` values.
@@ -450,13 +566,29 @@ impl PackB for ConvB<'_> {
 /// whose panels gather windows (3x3, strides, pads) ran slower than on the direct
 /// kernel (3x3 128->128 at 28x28: 71% -> 51%, stride 2: 51% -> 21%): the packing
 /// costs more than the register tiles gain, so they stay on the direct kernel.
-pub(crate) fn conv_prefers(g: &Win3, mg: usize, kdim: usize) -> bool {
+///
+/// With AVX2 (Zen 3, median of alternating rounds against the direct kernel):
+/// ResNet-50's 64->256 and 256->64 at 56x56 0.84 and 0.80 of the time; but
+/// MobileNetV3's 16->64 at 112x112 1.13 and 40->240 at 28x28 1.26, so AVX2 takes
+/// pointwise convs of 64 or more input channels only (112->672 at 14x14 the same).
+pub(crate) fn conv_prefers(isa: Isa, g: &Win3, mg: usize, kdim: usize) -> bool {
+    let Geometry { mr, nr, .. } = Geometry::of(isa);
+    let min_depth = match isa {
+        Isa::Avx512 => 16,
+        Isa::Avx2Fma => 64,
+    };
     let pointwise = g.k_vol() == 1 && g.stride == [1; 3] && g.pad == [0; 3] && g.out == g.input;
-    pointwise && mg >= 2 * MR && kdim >= 16 && g.out_vol() >= 4 * NR
+    pointwise && mg >= 2 * mr && kdim >= min_depth && g.out_vol() >= 4 * nr
 }
 
-/// Conv weights `[m, cg, taps...]` packed per group.
-pub(crate) fn pack_conv_weights(w: &[f32], m: usize, group: usize, kdim: usize) -> Vec<PackedA> {
+/// Conv weights `[m, cg, taps...]` packed per group for the tiles of `isa`.
+pub(crate) fn pack_conv_weights(
+    isa: Isa,
+    w: &[f32],
+    m: usize,
+    group: usize,
+    kdim: usize,
+) -> Vec<PackedA> {
     let mg = m / group;
     (0..group)
         .map(|g| {
@@ -464,21 +596,22 @@ pub(crate) fn pack_conv_weights(w: &[f32], m: usize, group: usize, kdim: usize) 
                 MatRef::row_major(&w[g * mg * kdim..][..mg * kdim], kdim),
                 mg,
                 kdim,
+                isa,
             )
         })
         .collect()
 }
 
-/// Output channels per task when positions alone give few tasks.
-const M_CHUNK: usize = 4 * MR;
+/// Output channels per task, in register tiles, when positions alone give few tasks.
+const M_CHUNK_TILES: usize = 4;
 /// Multiply-adds below which a conv runs on the calling thread.
 const SERIAL_WORK: usize = 1 << 20;
 
 /// `y = conv(x, w) + bias` for f32 NCHW data of a 2-D conv (a `Win3` of depth one), with
 /// `w` packed by [`pack_conv_weights`]; `y` is written in full. Tasks are (image,
-/// group, block of [`NC`] positions, chunk of output channels), fixed by the shapes.
+/// group, block of `nc` positions, chunk of output channels), fixed by the shapes.
 ///
-/// The caller checks [`available`].
+/// The CPU runs the instruction set `w` was packed for.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn conv(
     w: &[PackedA],
@@ -496,13 +629,13 @@ pub(crate) fn conv(
     let (cg, mg) = (c / group, m / group);
     let (in_vol, out_vol) = (g.in_vol(), g.out_vol());
     let kdim = cg * g.k_vol();
-    assert!(
-        available() && w.len() == group && w.iter().all(|p| p.rows() == mg && p.depth() == kdim)
-    );
+    assert!(w.len() == group && w.iter().all(|p| p.rows() == mg && p.depth() == kdim));
+    assert!(w.iter().all(|p| p.isa.supported()));
     assert!(x.len() >= n * c * in_vol && y.len() >= n * m * out_vol);
-    let blocks = out_vol.div_ceil(NC);
-    let m_chunk = if n * group * blocks < 4 && mg > M_CHUNK {
-        M_CHUNK
+    let Geometry { mr, nc, .. } = Geometry::of(w[0].isa);
+    let blocks = out_vol.div_ceil(nc);
+    let m_chunk = if n * group * blocks < 4 && mg > M_CHUNK_TILES * mr {
+        M_CHUNK_TILES * mr
     } else {
         mg
     };
@@ -516,7 +649,7 @@ pub(crate) fn conv(
         let (b, gi) = (bg / group, bg % group);
         let xg = &x[(b * c + gi * cg) * in_vol..][..cg * in_vol];
         let rows = mt * m_chunk..(mt * m_chunk + m_chunk).min(mg);
-        let cols = blk * NC..(blk * NC + NC).min(out_vol);
+        let cols = blk * nc..(blk * nc + nc).min(out_vol);
         let start = match bias {
             Some(bias) => Start::Bias(&bias[gi * mg..][..mg]),
             None => Start::Zero,
@@ -524,7 +657,7 @@ pub(crate) fn conv(
         let yp = &yp;
         // SAFETY: the task writes channels `gi·mg + rows` × positions `cols` of image
         // `b`, which no other task writes, inside `y` (checked above), then runs the
-        // tail on them; `available` was checked above.
+        // tail on them; the CPU runs `w`'s instruction set (checked above).
         unsafe {
             let dst =
                 yp.0.add((b * m + gi * mg + rows.start) * out_vol + cols.start);
@@ -585,8 +718,23 @@ mod tests {
         }
     }
 
-    /// The conv on the packed GEMM (`isa` = None) or on the direct kernel.
-    fn run(sh: &Shape, isa: Option<Isa>, bias: bool) -> Vec<f32> {
+    /// Which kernel runs a conv in the tests.
+    #[derive(Clone, Copy, Debug)]
+    enum Path {
+        Packed(Isa),
+        Direct(Isa),
+    }
+
+    /// Instruction sets this CPU runs.
+    fn isas() -> Vec<Isa> {
+        [Isa::Avx512, Isa::Avx2Fma]
+            .into_iter()
+            .filter(|isa| isa.supported())
+            .collect()
+    }
+
+    /// The conv on the packed GEMM or on the direct kernel.
+    fn run(sh: &Shape, path: Path, bias: bool) -> Vec<f32> {
         let g = win(sh);
         let kdim = sh.c / sh.group * g.k_vol();
         let x = values(sh.n * sh.c * g.in_vol(), 1);
@@ -594,12 +742,12 @@ mod tests {
         let b = values(sh.m, 3);
         let b = bias.then_some(&b[..]);
         let mut y = vec![f32::NAN; sh.n * sh.m * g.out_vol()];
-        match isa {
-            None => {
-                let packed = pack_conv_weights(&w, sh.m, sh.group, kdim);
+        match path {
+            Path::Packed(isa) => {
+                let packed = pack_conv_weights(isa, &w, sh.m, sh.group, kdim);
                 conv(&packed, &x, b, &mut y, sh.n, sh.c, sh.m, sh.group, &g, None);
             }
-            Some(isa) => {
+            Path::Direct(isa) => {
                 conv_direct::conv(isa, &x, &w, b, &mut y, sh.n, sh.c, sh.m, sh.group, &g, None)
             }
         }
@@ -705,20 +853,25 @@ mod tests {
     /// and positions, strides, dilation, padding, groups and batches.
     #[test]
     fn same_bits_as_the_direct_kernels() {
-        if !available() {
-            eprintln!("skipped: this CPU lacks AVX-512");
+        if isas().is_empty() {
+            eprintln!("skipped: this CPU lacks AVX2 and AVX-512");
             return;
         }
         for (i, sh) in shapes().iter().enumerate() {
             for bias in [true, false] {
-                let packed = run(sh, None, bias);
-                for isa in [Isa::Avx512, Isa::Avx2Fma] {
-                    let direct = run(sh, Some(isa), bias);
-                    let same = packed
-                        .iter()
-                        .zip(&direct)
-                        .all(|(p, q)| p.to_bits() == q.to_bits());
-                    assert!(same, "shape {i} (bias {bias}): packed and {isa:?} differ");
+                for packed_isa in isas() {
+                    let packed = run(sh, Path::Packed(packed_isa), bias);
+                    for isa in isas() {
+                        let direct = run(sh, Path::Direct(isa), bias);
+                        let same = packed
+                            .iter()
+                            .zip(&direct)
+                            .all(|(p, q)| p.to_bits() == q.to_bits());
+                        assert!(
+                            same,
+                            "shape {i} (bias {bias}): packed {packed_isa:?} and {isa:?} differ"
+                        );
+                    }
                 }
             }
         }
@@ -726,10 +879,6 @@ mod tests {
 
     #[test]
     fn thread_count_independent() {
-        if !available() {
-            eprintln!("skipped: this CPU lacks AVX-512");
-            return;
-        }
         let sh = Shape {
             n: 1,
             c: 64,
@@ -741,29 +890,34 @@ mod tests {
             d: [1, 1],
             p: [1, 1],
         };
-        let on = |threads: usize| {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap();
-            pool.install(|| run(&sh, None, true))
-        };
-        let (one, three) = (on(1), on(3));
-        assert!(
-            one.iter()
-                .zip(&three)
-                .all(|(p, q)| p.to_bits() == q.to_bits())
-        );
+        for isa in isas() {
+            let on = |threads: usize| {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                pool.install(|| run(&sh, Path::Packed(isa), true))
+            };
+            let (one, three) = (on(1), on(3));
+            assert!(
+                one.iter()
+                    .zip(&three)
+                    .all(|(p, q)| p.to_bits() == q.to_bits()),
+                "{isa:?}"
+            );
+        }
     }
 
     /// Matrix products against an f64 reference: row tails, column tails, several
     /// blocks of `k`, a transposed `B`, and sums added to what `C` holds.
     #[test]
     fn matrix_products() {
-        if !available() {
-            eprintln!("skipped: this CPU lacks AVX-512");
-            return;
+        for isa in isas() {
+            matrix_products_on(isa);
         }
+    }
+
+    fn matrix_products_on(isa: Isa) {
         for (m, n, k) in [
             (1, 1, 1),
             (13, 33, 7),
@@ -780,13 +934,13 @@ mod tests {
                     .map(|p| a[i * k + p] as f64 * b[p * n + j] as f64)
                     .sum::<f64>()
             };
-            let pa = PackedA::new(MatRef::row_major(&a, k), m, k);
+            let pa = PackedA::new(MatRef::row_major(&a, k), m, k, isa);
             for (bm, start) in [
                 (MatRef::row_major(&b, n), Start::Zero),
                 (MatRef::transposed(&bt, k), Start::Output),
             ] {
                 let mut c = c0.clone();
-                // SAFETY: AVX-512 checked above; `c` is m × n with row stride n.
+                // SAFETY: `isa` is supported; `c` is m × n with row stride n.
                 unsafe { gemm(&pa, 0..m, 0..n, start, &MatrixB(bm), c.as_mut_ptr(), n) };
                 for i in 0..m {
                     for j in 0..n {
@@ -799,7 +953,7 @@ mod tests {
                         let got = c[i * n + j] as f64;
                         assert!(
                             (got - e).abs() <= 1e-4 * (1.0 + e.abs()),
-                            "{m}x{n}x{k} ({i},{j}): {got} vs {e}"
+                            "{isa:?} {m}x{n}x{k} ({i},{j}): {got} vs {e}"
                         );
                     }
                 }
