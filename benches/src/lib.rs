@@ -110,6 +110,16 @@ pub const CONV_SHAPES: &[ConvShape] = &[
     conv("yolo_3x3_64to80_80", 64, 80, 1, 3, 1, 1, 80),
     conv("yolo_3x3_80to80_80", 80, 80, 1, 3, 1, 1, 80),
     conv("yolo_3x3_80to80_40", 80, 80, 1, 3, 1, 1, 40),
+    // YOLOv8n at 640: C2f pointwise convs on 160x160 and 80x80 planes (few channels,
+    // planes a multiple of 4 KiB apart).
+    conv("yolo_1x1_32to32_160", 32, 32, 1, 1, 1, 0, 160),
+    conv("yolo_1x1_48to32_160", 48, 32, 1, 1, 1, 0, 160),
+    conv("yolo_1x1_96to64_80", 96, 64, 1, 1, 1, 0, 80),
+    conv("yolo_1x1_48to48_80", 48, 48, 1, 1, 1, 0, 80),
+    // YOLOv8n at 640: the first C2f's pointwise convs on 160x160 (few channels, a
+    // large plane).
+    conv("yolo_1x1_32to32_160", 32, 32, 1, 1, 1, 0, 160),
+    conv("yolo_1x1_48to32_160", 48, 32, 1, 1, 1, 0, 160),
     conv("effnet_3x3s2_stem_3to32_224", 3, 32, 1, 3, 2, 1, 224),
     conv("mbv2_dw3x3_144_56", 144, 144, 144, 3, 1, 1, 56),
     conv("mbv2_dw3x3s2_96_112", 96, 96, 96, 3, 2, 1, 112),

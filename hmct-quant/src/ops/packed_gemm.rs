@@ -570,15 +570,33 @@ impl PackB for ConvB<'_> {
 /// With AVX2 (Zen 3, median of alternating rounds against the direct kernel):
 /// ResNet-50's 64->256 and 256->64 at 56x56 0.84 and 0.80 of the time; but
 /// MobileNetV3's 16->64 at 112x112 1.13 and 40->240 at 28x28 1.26, so AVX2 takes
-/// pointwise convs of 64 or more input channels only (112->672 at 14x14 the same).
+/// pointwise convs of 64 or more input channels, and those whose input channels
+/// overflow the L1 lines one position of every channel plane can occupy
+/// ([`l1_lines_across_planes`]): the direct kernel reads its input in place, and on
+/// YOLOv8n's 160x160 planes (100 KiB apart, all in one set) its 32->32 conv took 1.44
+/// ms against 0.94 here, 16->64 1.72 against 1.00; on 112x112 planes (4 sets, 32
+/// lines) 32->32 ran 0.40 there against 0.45 here (`kernel_table`, least of 10 runs).
 pub(crate) fn conv_prefers(isa: Isa, g: &Win3, mg: usize, kdim: usize) -> bool {
     let Geometry { mr, nr, .. } = Geometry::of(isa);
-    let min_depth = match isa {
-        Isa::Avx512 => 16,
-        Isa::Avx2Fma => 64,
+    let deep_enough = match isa {
+        Isa::Avx512 => kdim >= 16,
+        Isa::Avx2Fma => kdim >= 64 || (kdim >= 16 && kdim > l1_lines_across_planes(g.out_vol())),
     };
     let pointwise = g.k_vol() == 1 && g.stride == [1; 3] && g.pad == [0; 3] && g.out == g.input;
-    pointwise && mg >= 2 * mr && kdim >= min_depth && g.out_vol() >= 4 * nr
+    pointwise && mg >= 2 * mr && deep_enough && g.out_vol() >= 4 * nr
+}
+
+/// How many lines of a 32 KiB, 8-way L1 cache (64 sets of 64-byte lines) the values
+/// at one position of consecutive f32 channel planes of `plane` values can occupy:
+/// planes a multiple of 4 KiB apart all map to one set (8 lines), so a kernel that
+/// reads more channels than that at one position evicts its own lines.
+pub(crate) fn l1_lines_across_planes(plane: usize) -> usize {
+    let bytes = plane * 4;
+    if !bytes.is_multiple_of(64) {
+        return 512;
+    }
+    let sets = 64 >> (bytes / 64).trailing_zeros().min(6);
+    8 * sets
 }
 
 /// Conv weights `[m, cg, taps...]` packed per group for the tiles of `isa`.
@@ -905,6 +923,15 @@ mod tests {
                     .all(|(p, q)| p.to_bits() == q.to_bits()),
                 "{isa:?}"
             );
+        }
+    }
+
+    #[test]
+    fn l1_lines_of_channel_planes() {
+        // 160x160: 100 KiB apart, one set; 112x112: 4 sets; 56x56: 16; 28x28 (49
+        // lines apart): all 64; 14x14 planes do not start on a line.
+        for (side, lines) in [(160, 8), (112, 32), (80, 32), (56, 128), (28, 512), (14, 512)] {
+            assert_eq!(l1_lines_across_planes(side * side), lines, "{side}x{side}");
         }
     }
 
