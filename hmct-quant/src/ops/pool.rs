@@ -226,7 +226,9 @@ fn max_pool<T: Copy + PartialOrd + Send + Sync>(
 fn max_pool_values<T: PoolElem>(x: &[T], xs: &[usize], g: &Win3, lowest: T, skip: T) -> Vec<T> {
     let (in_vol, out_vol) = (g.in_vol(), g.out_vol());
     let planes = xs[0] * xs[1];
-    let mut y = vec![lowest; planes * out_vol];
+    // From the buffer pool: a fresh 800 KB output (ResNet-50's pool) cost its page
+    // faults on every run.
+    let mut y = crate::buffers::take_filled(planes * out_vol, lowest);
     if out_vol == 0 || in_vol == 0 {
         return y;
     }
@@ -330,7 +332,7 @@ fn max_pool_small<T: PoolElem>(x: &[T], g: &Win3, y: &mut [T], lowest: T) {
 }
 
 /// Element types of [`max_pool_values`], with its inner loop.
-trait PoolElem: Copy + PartialOrd + Send + Sync {
+trait PoolElem: Copy + Default + PartialOrd + Send + Sync + 'static {
     /// `dst[i] = if src[i] > dst[i] { src[i] } else { dst[i] }` over equal lengths.
     #[inline(always)]
     fn max_into(dst: &mut [Self], src: &[Self]) {
