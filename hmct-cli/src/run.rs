@@ -75,6 +75,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
             .collect();
         let mut outputs = Vec::new();
         for _ in 0..args.repeat {
+            session.recycle(std::mem::take(&mut outputs));
             let start = Instant::now();
             outputs = session.run(&refs, &config)?;
             times.push(start.elapsed());
@@ -85,6 +86,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 write_npy(&path, t)?;
             }
         }
+        session.recycle(outputs);
     }
     if data.is_empty() {
         bail!("{}: no samples", args.data.display());

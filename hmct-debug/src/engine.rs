@@ -744,6 +744,7 @@ impl Engine {
                         calibrated: caps.calibrated.as_deref(),
                     };
                     let out = reduce(&view)?;
+                    values.recycle();
                     let t2 = Instant::now();
                     progress(done.fetch_add(1, Ordering::Relaxed) + 1, total);
                     Ok((out, t1 - t0, t2 - t1))
