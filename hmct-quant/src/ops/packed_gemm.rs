@@ -37,8 +37,8 @@ use crate::cpu::Isa;
 /// at 56x56 within 3% of each other.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Geometry {
-    pub mr: usize,
-    pub nr: usize,
+    mr: usize,
+    nr: usize,
     kc: usize,
     nc: usize,
 }
@@ -47,14 +47,14 @@ impl Geometry {
     pub(crate) fn of(isa: Isa) -> Geometry {
         match isa {
             Isa::Avx512 => Geometry {
-                mr: 12,
-                nr: 32,
+                mr: AVX512_MR,
+                nr: AVX512_NR,
                 kc: 128,
                 nc: 384,
             },
             Isa::Avx2Fma => Geometry {
                 mr: AVX2_MR,
-                nr: 16,
+                nr: AVX2_NR,
                 kc: 128,
                 nc: 384,
             },
@@ -62,7 +62,11 @@ impl Geometry {
     }
 }
 
+/// Register tiles: rows × columns, per instruction set.
+const AVX512_MR: usize = 12;
+const AVX512_NR: usize = 32;
 const AVX2_MR: usize = 6;
+const AVX2_NR: usize = 16;
 
 /// `A` packed in tiles of `mr` rows: tile `t` holds rows `t·mr ..` as `k` groups of
 /// `mr` values (rows past the last are zero), for the register tiles of `isa`.
@@ -361,8 +365,8 @@ mod avx512 {
                     acc[0] = _mm512_fmadd_ps(w, x0, acc[0]);
                     acc[1] = _mm512_fmadd_ps(w, x1, acc[1]);
                 }
-                a = a.add(12);
-                b = b.add(32);
+                a = a.add(super::AVX512_MR);
+                b = b.add(super::AVX512_NR);
             }
             for (i, acc) in acc.iter().enumerate() {
                 for (v, &acc) in acc.iter().enumerate() {
@@ -427,7 +431,7 @@ mod avx2 {
                     acc[1] = _mm256_fmadd_ps(w, x1, acc[1]);
                 }
                 a = a.add(super::AVX2_MR);
-                b = b.add(16);
+                b = b.add(super::AVX2_NR);
             }
             for (i, acc) in acc.iter().enumerate() {
                 for (v, &acc) in acc.iter().enumerate() {
@@ -495,7 +499,7 @@ impl PackB for ConvB<'_> {
         }
         // The panel's columns by output row: (output row, first column, count, offset
         // in the panel).
-        let mut segs = [(0usize, 0usize, 0usize, 0usize); 32];
+        let mut segs = [(0usize, 0usize, 0usize, 0usize); AVX512_NR];
         let mut nseg = 0;
         let mut j = j0;
         while j < j0 + cols {
