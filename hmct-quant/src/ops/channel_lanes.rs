@@ -78,14 +78,17 @@ pub(crate) fn fits(g: &Win3, mg: usize, cg: usize) -> bool {
 /// Whether [`conv`] runs this conv here: a 2-D conv of stride 1 or 2 with a kernel
 /// larger than 1x1 and no negative padding, with 8 or more input channels per group
 /// and, with AVX-512, 32 or more output channels; with AVX2 only, 16 or more output
-/// channels and more than 16 input channels per group.
+/// channels and more than 16 input channels per group (16 with stride 1).
 ///
 /// With AVX2 on a Zen 3 (time here, with weight rows in blocks, / direct conv, median
 /// of 7 alternating rounds): ResNet-50's 3x3 stride 2 from 56x56 0.74, from 28x28
 /// 0.71, at 28x28 0.86, 14x14 0.84, 7x7 0.91, 56x56 0.94; YOLO's 64->128 stride 2 at
 /// 40x40 0.83, 80->80 at 40x40 0.91; RegNet's 512 channels in groups of 64 at 14x14
 /// 0.88. But with 16 input channels per group: YOLO's 16->32 stride 2 1.15-1.18,
-/// RegNet's groups of 16 1.09: those stay on the direct kernel. Dilated convs ran
+/// RegNet's groups of 16 1.09: those stayed on the direct kernel. Since tiles take
+/// outputs only (median of 7 alternating rounds against the direct conv): RegNet's
+/// groups of 16 at 28x28 0.90, YOLO's 16->32 stride 2 at 320x320 still 1.10, so
+/// stride-1 convs with 16 channels per group run here. Dilated convs ran
 /// 1.39x slower here before weight rows went in blocks and tiles skipped the padding
 /// columns; since, `kernel_table` against the direct conv (median of 5 rounds):
 /// DeepLab's 3x3 of dilation 2 at 28x28 0.77, and its ASPP convs on the 33x33 map
@@ -100,7 +103,7 @@ pub(crate) fn fits(g: &Win3, mg: usize, cg: usize) -> bool {
 pub(crate) fn fits_spatial(g: &Win3, mg: usize, cg: usize) -> bool {
     let on_isa = match crate::cpu::conv_isa() {
         Some(Isa::Avx512) => mg >= CR,
-        Some(Isa::Avx2Fma) => mg >= CR_AVX2 && cg > 16,
+        Some(Isa::Avx2Fma) => mg >= CR_AVX2 && (cg > 16 || cg == 16 && g.stride == [1; 3]),
         None => false,
     };
     on_isa
