@@ -365,13 +365,18 @@ impl Session {
         wanted.iter().map(|&s| self.value(&values, s)).collect()
     }
 
-    /// Gives outputs of [`Session::run`] the caller is done with back to this thread's
-    /// buffer pool (those nothing else holds), so that the next run on this thread
-    /// writes its large outputs there rather than into fresh memory: DeepLabV3's 22 MB
-    /// output cost a clearing of new pages on every run.
+    /// Gives outputs of [`Session::run`] the caller is done with (those nothing else
+    /// holds) back to a buffer pool the next run may take them from, so that it writes
+    /// its large outputs there rather than into fresh memory: DeepLabV3's 22 MB output
+    /// cost a clearing of new pages on every run. Pools are per thread: a one-thread
+    /// session runs on the caller's thread, whose pool gets them; a larger session
+    /// gives them to whichever of its threads takes this call.
     pub fn recycle(&self, outputs: Vec<Arc<Tensor>>) {
-        for t in outputs {
-            recycle(Some(t));
+        let give = || outputs.into_iter().for_each(|t| recycle(Some(t)));
+        if self.threads == 1 {
+            give();
+        } else {
+            self.pool.install(give);
         }
     }
 
@@ -964,6 +969,70 @@ mod tests {
         // The settings differ in their results, so a stale weight would show.
         for i in 0..5 {
             assert_ne!(outputs[i], outputs[i + 1], "settings {i} and {}", i + 1);
+        }
+    }
+
+    /// Outputs given back with [`Session::recycle`] and [`Values::recycle`] hold the
+    /// previous run's values when the next run takes their buffers: every kernel that
+    /// takes one must write all of it, so a run after a recycle gives what a fresh
+    /// session on another thread (another pool) gives. A conv, a padded max pool and a
+    /// Relu, outputs above the pool's minimum, starting from pooled buffers of a value
+    /// no kernel computes (a max pool leaving a plane unwritten fails it).
+    #[test]
+    fn recycled_outputs_never_leak_into_later_runs() {
+        let (c, h, w) = (16usize, 64usize, 64usize);
+        let values = |n: usize, seed: u32| -> Vec<f32> {
+            (0..n as u32)
+                .map(|i| ((i.wrapping_mul(2654435761) ^ seed) % 2001) as f32 / 1000.0 - 1.0)
+                .collect()
+        };
+        let mut conv = node("c", "Conv", &["x", "w"], &["a"]);
+        conv.attribute.push(ints_attr("pads", vec![1; 4]));
+        let mut pool = node("p", "MaxPool", &["a"], &["b"]);
+        pool.attribute.push(ints_attr("kernel_shape", vec![3, 3]));
+        pool.attribute.push(ints_attr("strides", vec![2, 2]));
+        pool.attribute.push(ints_attr("pads", vec![1; 4]));
+        let wt = Tensor::from_f32(&[c, c, 3, 3], values(c * c * 9, 1)).unwrap();
+        let proto = model(
+            vec![float_value("x", &[1, c as i64, h as i64, w as i64])],
+            vec![conv, pool, node("r", "Relu", &["b"], &["y"])],
+            vec![tensor_to_proto(&wt, "w")],
+            vec![named_value("a"), named_value("y")],
+        );
+        let m = hmct_ir::Model::from_proto(proto, None).unwrap();
+        let input = |seed| Tensor::from_f32(&[1, c, h, w], values(c * h * w, seed)).unwrap();
+        let bits = |ts: &[Arc<Tensor>]| -> Vec<Vec<u32>> {
+            ts.iter()
+                .map(|t| t.as_f32().unwrap().iter().map(|v| v.to_bits()).collect())
+                .collect()
+        };
+        let session = Session::new(crate::plan_model(&m).unwrap(), 1).unwrap();
+        let cfg = Config::float();
+        // Stale values that no kernel computes, in buffers of the outputs' sizes (fresh
+        // buffers hold NaN in tests, which an unwritten output would keep forever).
+        for n in [c * h * w, c * h * w / 4, c * h * w / 4] {
+            crate::buffers::give_vec(vec![7.0f32; n]);
+        }
+        for seed in [3, 4, 5] {
+            // On a thread of its own: the pool is per thread, and this one's holds
+            // the recycled buffers.
+            let want = std::thread::scope(|s| {
+                s.spawn(|| {
+                    let fresh = Session::new(crate::plan_model(&m).unwrap(), 1).unwrap();
+                    bits(&fresh.run(&[("x", input(seed))], &cfg).unwrap())
+                })
+                .join()
+                .unwrap()
+            });
+            let got = session.run(&[("x", input(seed))], &cfg).unwrap();
+            assert_eq!(bits(&got), want, "input {seed}");
+            session.recycle(got);
+            let bound = session.bind_inputs(&[("x", input(seed + 10))]).unwrap();
+            let wanted = session.plan().outputs().to_vec();
+            session
+                .run_from(&bound, None, &cfg, &wanted, Capture::All)
+                .unwrap()
+                .recycle();
         }
     }
 }
