@@ -30,7 +30,10 @@ pub(crate) struct Taps<'a> {
 
 /// Whether [`plane`] runs planes `ow` outputs wide on this CPU.
 pub(crate) fn fits(ow: usize, taps_len: usize, kw: usize) -> bool {
-    ow >= LANES && taps_len <= MAX_TAPS && kw <= MAX_KW && crate::cpu::conv_isa() == Some(crate::cpu::Isa::Avx512)
+    ow >= LANES
+        && taps_len <= MAX_TAPS
+        && kw <= MAX_KW
+        && crate::cpu::conv_isa() == Some(crate::cpu::Isa::Avx512)
 }
 
 /// Kernels of up to 49 taps (the weights are broadcast once per plane into a fixed

@@ -403,7 +403,9 @@ mod avx2 {
             if load {
                 for (i, row) in buf.iter_mut().enumerate() {
                     // SAFETY: row i of the caller's tile has `cols` values.
-                    row[..cols].copy_from_slice(unsafe { std::slice::from_raw_parts(c.add(i * ldc), cols) });
+                    row[..cols].copy_from_slice(unsafe {
+                        std::slice::from_raw_parts(c.add(i * ldc), cols)
+                    });
                 }
             }
             (buf.as_mut_ptr().cast::<f32>(), 16)
@@ -934,7 +936,14 @@ mod tests {
     fn l1_lines_of_channel_planes() {
         // 160x160: 100 KiB apart, one set; 112x112: 4 sets; 56x56: 16; 28x28 (49
         // lines apart): all 64; 14x14 planes do not start on a line.
-        for (side, lines) in [(160, 8), (112, 32), (80, 32), (56, 128), (28, 512), (14, 512)] {
+        for (side, lines) in [
+            (160, 8),
+            (112, 32),
+            (80, 32),
+            (56, 128),
+            (28, 512),
+            (14, 512),
+        ] {
             assert_eq!(l1_lines_across_planes(side * side), lines, "{side}x{side}");
         }
     }
