@@ -114,12 +114,10 @@ pub const CONV_SHAPES: &[ConvShape] = &[
     // planes a multiple of 4 KiB apart).
     conv("yolo_1x1_32to32_160", 32, 32, 1, 1, 1, 0, 160),
     conv("yolo_1x1_48to32_160", 48, 32, 1, 1, 1, 0, 160),
+    // The same 32->32 on 112x112 planes, whose channels spread over four cache sets.
+    conv("sets_1x1_32to32_112", 32, 32, 1, 1, 1, 0, 112),
     conv("yolo_1x1_96to64_80", 96, 64, 1, 1, 1, 0, 80),
     conv("yolo_1x1_48to48_80", 48, 48, 1, 1, 1, 0, 80),
-    // YOLOv8n at 640: the first C2f's pointwise convs on 160x160 (few channels, a
-    // large plane).
-    conv("yolo_1x1_32to32_160", 32, 32, 1, 1, 1, 0, 160),
-    conv("yolo_1x1_48to32_160", 48, 32, 1, 1, 1, 0, 160),
     conv("effnet_3x3s2_stem_3to32_224", 3, 32, 1, 3, 2, 1, 224),
     conv("mbv2_dw3x3_144_56", 144, 144, 144, 3, 1, 1, 56),
     conv("mbv2_dw3x3s2_96_112", 96, 96, 96, 3, 2, 1, 112),

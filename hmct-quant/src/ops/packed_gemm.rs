@@ -344,8 +344,8 @@ mod avx512 {
     ) {
         let masks = [mask(cols), mask(cols.saturating_sub(16))];
         let mut acc = [[_mm512_setzero_ps(); 2]; R];
-        // SAFETY (whole body): the caller vouches for `kc` groups of `MR` values at
-        // `a`, `kc` rows of `NR` at `b`, and `R` rows of `cols` values at `c`; masked-off
+        // SAFETY (whole body): the caller vouches for `kc` groups of `AVX512_MR` values
+        // at `a`, `kc` rows of `AVX512_NR` at `b`, and `R` rows of `cols` values at `c`; masked-off
         // lanes are neither read nor written.
         unsafe {
             for (i, acc) in acc.iter_mut().enumerate() {
@@ -581,7 +581,9 @@ impl PackB for ConvB<'_> {
 /// ([`l1_lines_across_planes`]): the direct kernel reads its input in place, and on
 /// YOLOv8n's 160x160 planes (100 KiB apart, all in one set) its 32->32 conv took 1.44
 /// ms against 0.94 here, 16->64 1.72 against 1.00; on 112x112 planes (4 sets, 32
-/// lines) 32->32 ran 0.40 there against 0.45 here (`kernel_table`, least of 10 runs).
+/// lines) 32->32 ran 0.40 there against 0.45 here (`kernel_table`'s `yolo_1x1_*` and
+/// `sets_1x1_32to32_112`, least of 10 runs; the MobileNetV3 figures above with the
+/// depth threshold at 16).
 pub(crate) fn conv_prefers(isa: Isa, g: &Win3, mg: usize, kdim: usize) -> bool {
     let Geometry { mr, nr, .. } = Geometry::of(isa);
     let deep_enough = match isa {
