@@ -378,6 +378,10 @@ fn padded_copy(x: &[f32], planes: usize, cg: usize, g: &Win3) -> (Lines, Vec<f32
     (lines, copy)
 }
 
+/// The 8x8 transpose of vectors, which the depthwise kernel uses too.
+#[cfg(target_arch = "x86_64")]
+pub(crate) use avx2::transpose8;
+
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
@@ -607,7 +611,7 @@ mod avx2 {
     /// Transposes 8 vectors of 8 lanes in place.
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn transpose8(r: &mut [__m256; 8]) {
+    pub(crate) fn transpose8(r: &mut [__m256; 8]) {
         let t0 = _mm256_unpacklo_ps(r[0], r[1]);
         let t1 = _mm256_unpackhi_ps(r[0], r[1]);
         let t2 = _mm256_unpacklo_ps(r[2], r[3]);

@@ -61,6 +61,8 @@ pub(crate) struct Derived {
     packed: std::sync::OnceLock<Vec<super::packed_gemm::PackedA>>,
     /// The weights transposed for [`super::channel_lanes`].
     transposed: std::sync::OnceLock<Vec<f32>>,
+    /// A depthwise conv's weights in blocks of channels for [`super::conv_dw`].
+    depthwise: std::sync::OnceLock<Vec<f32>>,
     /// The weights' taps `(rows, columns)` of the bands of a padding-heavy conv
     /// ([`padding_bands`]), copied out once, with what their kernels derive from them.
     band_taps: BandTaps,
@@ -437,7 +439,10 @@ pub(crate) fn conv_nd<T: Scalar>(
             && super::conv_dw::fits(&g3)
         {
             let yf = f32_slice_mut(&mut y).expect("T is f32, as x is");
-            super::conv_dw::conv(xf, wf, bias.and_then(f32_slice), yf, n, c, &g3, tail);
+            let pack = || super::conv_dw::pack_weights(wf, c, k_vol);
+            let mut fresh = None;
+            let packed = kept_or_fresh(derived.map(|d| &d.depthwise), &mut fresh, pack);
+            super::conv_dw::conv(xf, packed, bias.and_then(f32_slice), yf, n, c, &g3, tail);
             return Ok((y, shape, tail_ran));
         }
         depthwise(x, w, bias, &mut y, &g3, m, mg, tail);

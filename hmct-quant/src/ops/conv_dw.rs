@@ -1,5 +1,5 @@
 //! Depthwise 2-D convs (one input and one output channel per group, stride 1 or 2)
-//! with AVX-512, sixteen channels at a time.
+//! with AVX-512, sixteen channels at a time, or with AVX2 and FMA, eight at a time.
 //!
 //! Per channel plane (the generic path in [`super::conv`]), a vector holds sixteen
 //! positions of one row: on the 7x7 and 14x14 planes of mobile nets most of each
@@ -11,6 +11,10 @@
 //! outputs read consecutive positions), sums tiles of sixteen outputs in registers,
 //! transposes each tile back and stores every channel's run of outputs.
 //!
+//! With AVX2 a tile is eight consecutive *outputs* (each with its own position in the
+//! buffer), not eight consecutive positions: positions between output rows (a 5x5
+//! kernel on a 7x7 map pads rows to 11) are not summed.
+//!
 //! Each output is `start + Σ_taps w·x` over all taps in (row, column) order, padding
 //! taps included as `w·0`, with fused multiply-adds: the sums of the per-plane path
 //! for these geometries, bit for bit.
@@ -19,44 +23,67 @@ use rayon::prelude::*;
 
 use super::window::Win3;
 
-/// Channels per block: one vector of f32.
+/// Channels per block with AVX-512: one vector of f32.
 const LANES: usize = 16;
-/// Flat positions a task sums at most (its buffer: 64 KiB plus the halo rows), which
-/// sets how many output rows a task covers. Fixed, so tasks never depend on threads.
-const BAND_POSITIONS: usize = 1024;
+/// Bytes of a task's band buffer at most (halo rows included), which sets how many
+/// output rows a task covers: 1024 positions of sixteen channels, 2048 of eight.
+/// Fixed, so tasks never depend on threads.
+const BAND_BYTES: usize = 64 << 10;
 /// Multiply-adds below which a conv runs on the calling thread.
 const SERIAL_WORK: usize = 1 << 18;
 
-/// Whether [`conv`] runs this geometry here: the CPU has AVX-512 (and the conv ISA is
-/// not forced to AVX2), the conv is 2-D with stride 1 or 2 and no negative padding,
-/// and it runs faster here than per plane.
+/// Whether [`conv`] runs this geometry here: the CPU has AVX-512 or AVX2 and FMA (the
+/// conv ISA), the conv is 2-D with stride 1 or 2 and no negative padding, and it runs
+/// faster here than per plane.
 ///
-/// The two transposes cost about as much as a 3x3 kernel's arithmetic, which pays on
-/// small planes, whose rows fill vectors badly per plane, and on 5x5 and larger
-/// kernels. `kernel_table` (least of 20 runs, ms, per plane -> here): 3x3 at 7x7
-/// 0.10 -> 0.053, 5x5 at 14x14 0.20-0.25 -> 0.17, 5x5 at 28x28 0.22-0.26 -> 0.20,
-/// 7x7 at 56x56 0.60-0.70 -> 0.52, 3x3 stride 2 to 28x28 0.14-0.19 -> 0.155; but 3x3
-/// at 56x56 0.26-0.33 -> 0.30, 3x3 stride 2 to 56x56 0.29-0.37 -> 0.43.
+/// With AVX-512, the two transposes cost about as much as a 3x3 kernel's arithmetic,
+/// which pays on small planes, whose rows fill vectors badly per plane, and on 5x5
+/// and larger kernels. `kernel_table` (least of 20 runs, ms, per plane -> here): 3x3
+/// at 7x7 0.10 -> 0.053, 5x5 at 14x14 0.20-0.25 -> 0.17, 5x5 at 28x28 0.22-0.26 ->
+/// 0.20, 7x7 at 56x56 0.60-0.70 -> 0.52, 3x3 stride 2 to 28x28 0.14-0.19 -> 0.155; but
+/// 3x3 at 56x56 0.26-0.33 -> 0.30, 3x3 stride 2 to 56x56 0.29-0.37 -> 0.43.
 ///
 /// Planes 16 or more outputs wide went faster still per plane once that path summed
-/// several output rows per load (`super::dw_rows`), except 5x5 and larger kernels of
-/// stride 1 on planes up to 28 wide: `kernel_table` ms, here -> there: 3x3 stride 2 to 28x28
-/// 0.16 -> 0.13, 3x3 at 28x28 0.10 -> 0.072, 5x5 stride 2 to 28x28 0.125 -> 0.099,
-/// 7x7 at 56x56 0.52 -> 0.48; but 5x5 at 28x28 0.20 -> 0.23.
+/// several output rows per load (`super::dw_rows`, AVX-512 only), except 5x5 and
+/// larger kernels of stride 1 on planes up to 28 wide: `kernel_table` ms, here ->
+/// there: 3x3 stride 2 to 28x28 0.16 -> 0.13, 3x3 at 28x28 0.10 -> 0.072, 5x5 stride 2
+/// to 28x28 0.125 -> 0.099, 7x7 at 56x56 0.52 -> 0.48; but 5x5 at 28x28 0.20 -> 0.23.
+///
+/// With AVX2 (a Zen 3) every such geometry runs here: `kernel_table`, median of 5
+/// alternating rounds against the per-plane path, 0.41-0.55 on MobileNet's 7x7 and
+/// 14x14 maps and stride-2 convs to 28x28 and 14x14, 0.73-0.90 on 5x5 and 7x7
+/// kernels at 28x28 and 56x56 and the stride-2 convs from 112x112, the same on 3x3 at
+/// 28x28 and 56x56.
 pub(crate) fn fits(g: &Win3) -> bool {
+    let Some(lanes) = lanes() else {
+        return false;
+    };
+    let structural = g.input[0] == 1
+        && g.out[0] == 1
+        && g.kernel[0] == 1
+        && (g.stride == [1, 1, 1] || g.stride == [1, 2, 2])
+        && g.pad.iter().all(|&p| p >= 0);
+    if lanes == 8 {
+        return structural;
+    }
     #[cfg(target_arch = "x86_64")]
     let rows_fit = super::dw_rows::fits(g.out[2], g.k_vol(), g.kernel[2]);
     #[cfg(not(target_arch = "x86_64"))]
     let rows_fit = false;
-    crate::cpu::conv_isa() == Some(crate::cpu::Isa::Avx512)
-        && g.input[0] == 1
-        && g.out[0] == 1
-        && g.kernel[0] == 1
-        && (g.stride == [1, 1, 1] || g.stride == [1, 2, 2])
-        && g.pad.iter().all(|&p| p >= 0)
+    structural
         && (g.out_vol() <= 28 * 28 || g.k_vol() >= 25)
         // `dw_rows` takes planes 16+ wide, but for 5x5+ kernels of stride 1 up to 28.
         && (!rows_fit || (g.k_vol() >= 25 && g.out[2] <= 28 && g.stride[2] == 1))
+}
+
+/// Channels per block, one vector of f32: 16 with AVX-512, 8 with AVX2 and FMA; none
+/// elsewhere.
+fn lanes() -> Option<usize> {
+    match crate::cpu::conv_isa() {
+        Some(crate::cpu::Isa::Avx512) => Some(16),
+        Some(crate::cpu::Isa::Avx2Fma) => Some(8),
+        None => None,
+    }
 }
 
 /// The band buffer's geometry: phase planes of `rows × width` positions.
@@ -72,17 +99,18 @@ struct Bands {
 }
 
 impl Bands {
-    fn new(g: &Win3) -> Bands {
+    fn new(g: &Win3, lanes: usize) -> Bands {
         let s = g.stride[2];
         let [_, _, ow] = g.out;
         let [_, kh, kw] = g.kernel;
         let [_, dh, dw] = g.dil;
         let ew = (ow - 1) * s + (kw - 1) * dw + 1;
         let width = ew.div_ceil(s);
-        // As many output rows as keep the buffer within `BAND_POSITIONS`.
+        // As many output rows as keep the buffer within `BAND_BYTES`.
+        let most = BAND_BYTES / (lanes * size_of::<f32>());
         let mut rows_per_band = 1;
         while rows_per_band < g.out[1]
-            && s * s * Self::phase_rows(g, s, rows_per_band + 1) * width <= BAND_POSITIONS
+            && s * s * Self::phase_rows(g, s, rows_per_band + 1) * width <= most
         {
             rows_per_band += 1;
         }
@@ -114,19 +142,76 @@ impl Bands {
         self.taps.iter().copied().max().unwrap_or(0)
     }
 
-    /// Positions in a band buffer, with slack for the last tile's extra lanes.
-    fn len(&self, g: &Win3) -> usize {
-        self.s * self.s * self.rows(g) * self.width + self.reach() + 2 * LANES
+    /// A band of `out_rows` output rows as tiles of eight consecutive outputs (the
+    /// last one shorter), with where each output's first tap lies in the band buffer:
+    /// output `(o, j)` of the band at flat position `(o - o0)·width + j`.
+    fn tiles(&self, g: &Win3, out_rows: usize) -> Vec<Tile> {
+        let ow = g.out[2];
+        let outputs = out_rows * ow;
+        (0..outputs)
+            .step_by(8)
+            .map(|first| {
+                let count = 8.min(outputs - first);
+                // Lanes past `count` repeat the last output (summed and dropped).
+                let at = std::array::from_fn(|j| {
+                    let o = first + j.min(count - 1);
+                    (o / ow * self.width + o % ow) as u32
+                });
+                // Positions rise with the outputs, so eight of them spanning eight
+                // positions are consecutive.
+                let consecutive = count == 8 && at[7] == at[0] + 7;
+                Tile {
+                    first,
+                    count,
+                    at,
+                    consecutive,
+                }
+            })
+            .collect()
+    }
+
+    /// Positions in a band buffer, with slack for the last tile's extra positions
+    /// (a tile is as many positions as a block has channels).
+    fn len(&self, g: &Win3, lanes: usize) -> usize {
+        self.s * self.s * self.rows(g) * self.width + self.reach() + 2 * lanes
     }
 }
 
+/// Eight consecutive outputs of a band (fewer at its end), for the AVX2 kernel.
+#[derive(Clone, Copy, Debug)]
+struct Tile {
+    /// Its first output, counted from the band's first.
+    first: usize,
+    /// How many outputs it holds.
+    count: usize,
+    /// Each output's flat position in the band buffer.
+    at: [u32; 8],
+    /// Whether those are eight consecutive positions.
+    consecutive: bool,
+}
+
+/// A depthwise conv's weights `[c, 1, kh, kw]` (`k_vol` taps per channel) for
+/// [`conv`]: per block of channels, tap-major, one lane per channel (zero past `c`).
+pub(crate) fn pack_weights(w: &[f32], c: usize, k_vol: usize) -> Vec<f32> {
+    let lanes = lanes().expect("`fits` holds only with AVX2 or AVX-512");
+    let mut wb = vec![0.0f32; c.div_ceil(lanes) * k_vol * lanes];
+    for (ch, taps) in w.chunks_exact(k_vol).take(c).enumerate() {
+        let (blk, lane) = (ch / lanes, ch % lanes);
+        for (t, &v) in taps.iter().enumerate() {
+            wb[(blk * k_vol + t) * lanes + lane] = v;
+        }
+    }
+    wb
+}
+
 /// `y = conv(x, w) + bias` for f32 NCHW data of `n` images of `c` channels, one per
-/// group, with weights `[c, 1, kh, kw]`. Tasks are (image, block of sixteen channels,
-/// band of output rows), fixed by the shapes. The caller checks [`fits`].
+/// group, with weights `[c, 1, kh, kw]` packed by [`pack_weights`]. Tasks are (image,
+/// block of channels, band of output rows), fixed by the shapes. The caller checks
+/// [`fits`].
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn conv(
     x: &[f32],
-    w: &[f32],
+    wb: &[f32],
     bias: Option<&[f32]>,
     y: &mut [f32],
     n: usize,
@@ -135,52 +220,79 @@ pub(crate) fn conv(
     tail: Option<&crate::fusion::Tail>,
 ) {
     assert!(fits(g));
+    let lanes = lanes().expect("`fits` holds only with AVX2 or AVX-512");
     let (in_vol, out_vol, k_vol) = (g.in_vol(), g.out_vol(), g.k_vol());
-    assert!(x.len() >= n * c * in_vol && y.len() >= n * c * out_vol && w.len() >= c * k_vol);
-    let bands = Bands::new(g);
-    let blocks = c.div_ceil(LANES);
-    // Weights tap-major and bias per block, sixteen channels each (zero past `c`).
-    let mut wb = vec![0.0f32; blocks * k_vol * LANES];
-    let mut bb = vec![0.0f32; blocks * LANES];
-    for ch in 0..c {
-        let (blk, lane) = (ch / LANES, ch % LANES);
-        for t in 0..k_vol {
-            wb[(blk * k_vol + t) * LANES + lane] = w[ch * k_vol + t];
-        }
-        bb[ch] = bias.map_or(0.0, |b| b[ch]);
+    let blocks = c.div_ceil(lanes);
+    assert!(x.len() >= n * c * in_vol && y.len() >= n * c * out_vol);
+    assert_eq!(wb.len(), blocks * k_vol * lanes);
+    let bands = Bands::new(g, lanes);
+    // The bias per block, one lane per channel (zero past `c`).
+    let mut bb = vec![0.0f32; blocks * lanes];
+    if let Some(bias) = bias {
+        bb[..c].copy_from_slice(&bias[..c]);
     }
     let n_bands = g.out[1].div_ceil(bands.rows_per_band);
     let tasks = n * blocks * n_bands;
+    // The AVX2 kernel's tiles of a full band and of the last one.
+    let last_rows = g.out[1] - (n_bands - 1) * bands.rows_per_band;
+    let (full_tiles, last_tiles) = if lanes == 8 {
+        let full = bands.tiles(g, bands.rows_per_band.min(g.out[1]));
+        (full, bands.tiles(g, last_rows))
+    } else {
+        (Vec::new(), Vec::new())
+    };
     let yp = super::gemm_util::SendPtr(y.as_mut_ptr());
     let task = |buf: &mut Vec<f32>, t: usize| {
         let band = t % n_bands;
         let blk = t / n_bands % blocks;
         let b = t / n_bands / blocks;
-        let c0 = blk * LANES;
-        let nch = LANES.min(c - c0);
+        let c0 = blk * lanes;
+        let nch = lanes.min(c - c0);
         // The buffer is zeroed once per conv: padding columns stay zero (they are
         // padding in every band), `fill` zeroes the padding rows of each band, and
         // positions past the band's rows are read only for outputs that are dropped.
-        buf.resize((bands.len(g) + 1) * LANES, 0.0);
-        // Positions start on cache lines: a vector split over two lines costs two
-        // accesses.
-        let skip = buf.as_ptr().align_offset(64).min(LANES);
-        let buf = &mut buf[skip..][..bands.len(g) * LANES];
+        let len = bands.len(g, lanes);
+        buf.resize((len + 64 / lanes) * lanes, 0.0);
+        // Positions start on cache lines (AVX-512) or halves of one (AVX2): a vector
+        // split over two lines costs two accesses.
+        let skip = buf.as_ptr().align_offset(64).min(16);
+        let buf = &mut buf[skip..][..len * lanes];
         let o0 = band * bands.rows_per_band;
         let o1 = (o0 + bands.rows_per_band).min(g.out[1]);
         let xb = &x[(b * c + c0) * in_vol..][..nch * in_vol];
         let yp = &yp;
-        // SAFETY: AVX-512 was checked by `fits`; the task reads channels `c0 ..
-        // c0 + nch` of image `b` (inside `x`, checked above) and writes output rows
-        // `o0 .. o1` of those channels, which no other task writes, inside `y`; the
-        // tail rewrites those same outputs.
+        // SAFETY: `lanes` is 16 only with AVX-512 and 8 only with AVX2 and FMA (checked
+        // by `fits`); the task reads channels `c0 .. c0 + nch` of image `b` (inside
+        // `x`, checked above) and writes output rows `o0 .. o1` of those channels,
+        // which no other task writes, inside `y`; the tail rewrites those same outputs.
         #[cfg(target_arch = "x86_64")]
         unsafe {
-            avx512::fill(xb, nch, g, &bands, o0, o1, buf);
             let yb = yp.0.add((b * c + c0) * out_vol);
-            let wt = &wb[blk * k_vol * LANES..][..k_vol * LANES];
-            let start = &bb[c0..c0 + LANES];
-            avx512::sum(buf, wt, start, &bands, g, o0, o1, nch, yb, out_vol);
+            let wt = &wb[blk * k_vol * lanes..][..k_vol * lanes];
+            let start = &bb[c0..c0 + lanes];
+            if lanes == LANES {
+                avx512::fill(xb, nch, g, &bands, o0, o1, buf);
+                avx512::sum(buf, wt, start, &bands, g, o0, o1, nch, yb, out_vol);
+            } else {
+                avx2::fill(xb, nch, g, &bands, o0, o1, buf);
+                let tiles = if band + 1 == n_bands {
+                    &last_tiles
+                } else {
+                    &full_tiles
+                };
+                let y_band = yb.add(o0 * g.out[2]);
+                avx2::sum(
+                    buf,
+                    wt,
+                    start,
+                    &bands,
+                    tiles,
+                    (o1 - o0) * g.out[2],
+                    nch,
+                    y_band,
+                    out_vol,
+                );
+            }
             if let Some(tail) = tail {
                 let ow = g.out[2];
                 for ch in 0..nch {
@@ -194,8 +306,8 @@ pub(crate) fn conv(
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
-            let _ = (xb, yp, &wb, &bb);
-            unreachable!("`fits` holds only with AVX-512");
+            let _ = (xb, yp, &wb, &bb, buf, o0, o1, nch);
+            unreachable!("`fits` holds only on x86-64");
         }
     };
     if tasks == 1 || n * c * out_vol * k_vol < SERIAL_WORK || !crate::par::enabled() {
@@ -388,6 +500,189 @@ mod avx512 {
     }
 }
 
+/// The same kernel with AVX2 and FMA: eight channels per block and tiles of eight
+/// positions (eight sums in flight, as many as two FMA units with four cycles of
+/// latency keep busy).
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::super::channel_lanes::transpose8;
+    use super::{Bands, Tile, Win3};
+
+    const LANES: usize = 8;
+
+    /// [`super::avx512::fill`] with eight lanes.
+    ///
+    /// # Safety
+    /// The CPU has AVX2; `xb` holds `nch <= 8` channel planes of `g.input`.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn fill(
+        xb: &[f32],
+        nch: usize,
+        g: &Win3,
+        bands: &Bands,
+        o0: usize,
+        o1: usize,
+        buf: &mut [f32],
+    ) {
+        // SAFETY: as this function's caller vouches.
+        unsafe {
+            if bands.s == 1 {
+                fill_phases::<1>(xb, nch, g, bands, o0, o1, buf);
+            } else {
+                fill_phases::<2>(xb, nch, g, bands, o0, o1, buf);
+            }
+        }
+    }
+
+    /// [`fill`] for stride `S`.
+    ///
+    /// # Safety
+    /// As for [`fill`].
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn fill_phases<const S: usize>(
+        xb: &[f32],
+        nch: usize,
+        g: &Win3,
+        bands: &Bands,
+        o0: usize,
+        o1: usize,
+        buf: &mut [f32],
+    ) {
+        let [_, ih, iw] = g.input;
+        let (ph, pw) = (g.pad[1] as usize, g.pad[2] as usize);
+        let (rows, width) = (bands.rows(g), bands.width);
+        let ew = width * S;
+        let r0 = o0 * S;
+        let r1 = (o1 - 1) * S + (g.kernel[1] - 1) * g.dil[1] + 1;
+        let in_vol = g.input[1] * iw;
+        let cols = iw.min(ew.saturating_sub(pw));
+        assert!(xb.len() >= nch * in_vol && nch <= LANES && bands.s == S);
+        assert!(buf.len() >= S * S * rows * width * LANES);
+        let zero = _mm256_setzero_ps();
+        let dst = buf.as_mut_ptr();
+        // Whether a full vector of every channel's row can be read from column `w0`
+        // on (the lanes past the row read the next row or plane, and are dropped).
+        let whole = |h: usize, w0: usize| {
+            nch == LANES && (LANES - 1) * in_vol + h * iw + w0 + LANES <= xb.len()
+        };
+        for r in r0..r1 {
+            let rr = r - r0;
+            // Padded column `p` goes to phase plane `(rr % S, p % S)`, row `rr / S`,
+            // column `p / S`: `at[p % S] + p / S`.
+            let at: [usize; S] =
+                std::array::from_fn(|pc| ((rr % S * S + pc) * rows + rr / S) * width);
+            // SAFETY (stores below): `rr / S < rows` and `p / S < width` for `p < ew`,
+            // inside `buf` (asserted above).
+            let put = |p: usize, v: __m256| unsafe {
+                _mm256_storeu_ps(dst.add((at[p % S] + p / S) * LANES), v)
+            };
+            let Some(h) = r.checked_sub(ph).filter(|&h| h < ih) else {
+                for p in 0..ew {
+                    put(p, zero);
+                }
+                continue;
+            };
+            for w0 in (0..cols).step_by(LANES) {
+                let len = LANES.min(cols - w0);
+                let src = xb.as_ptr().wrapping_add(h * iw + w0);
+                let mut v = [zero; LANES];
+                if whole(h, w0) {
+                    for (l, v) in v.iter_mut().enumerate() {
+                        // SAFETY: eight values from `src + l·in_vol`, inside `xb`.
+                        *v = unsafe { _mm256_loadu_ps(src.add(l * in_vol)) };
+                    }
+                } else {
+                    let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+                    let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(len as i32), lane);
+                    for (l, v) in v.iter_mut().enumerate().take(nch) {
+                        // SAFETY: `len` values of row `h` of channel `l` from column
+                        // `w0` (`w0 + len <= iw`), inside `xb`.
+                        *v = unsafe { _mm256_maskload_ps(src.add(l * in_vol), mask) };
+                    }
+                }
+                transpose8(&mut v);
+                if len == LANES {
+                    for (j, &v) in v.iter().enumerate() {
+                        put(w0 + pw + j, v);
+                    }
+                } else {
+                    for (j, &v) in v.iter().enumerate().take(len) {
+                        put(w0 + pw + j, v);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sums a band's `tiles` from the band buffer and stores channel `l < nch`'s
+    /// outputs at `y + l·out_vol` (`y` points to the band's first output, `band_len`
+    /// outputs per channel).
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA; `buf` was filled by [`fill`] for this band and `tiles`
+    /// are its tiles; `y` points to `nch` runs of `band_len` outputs, `out_vol` apart,
+    /// that nothing else accesses during the call.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn sum(
+        buf: &[f32],
+        wt: &[f32],
+        start: &[f32],
+        bands: &Bands,
+        tiles: &[Tile],
+        band_len: usize,
+        nch: usize,
+        y: *mut f32,
+        out_vol: usize,
+    ) {
+        let last = tiles.iter().flat_map(|t| t.at).max().unwrap_or(0) as usize;
+        assert!((last + 1 + bands.reach()) * LANES <= buf.len());
+        assert!(wt.len() == bands.taps.len() * LANES && start.len() == LANES);
+        assert!(tiles.iter().all(|t| t.first + t.count <= band_len));
+        // SAFETY (whole body): reads of `buf` stay below the bound asserted above; the
+        // stores write the band's outputs of channels below `nch`.
+        unsafe {
+            let bias = _mm256_loadu_ps(start.as_ptr());
+            for tile in tiles {
+                let mut acc = [bias; LANES];
+                if tile.consecutive {
+                    // Consecutive positions: one pointer, fixed offsets.
+                    for (t, &off) in bands.taps.iter().enumerate() {
+                        let wv = _mm256_loadu_ps(wt.as_ptr().add(t * LANES));
+                        let p = buf.as_ptr().add((tile.at[0] as usize + off) * LANES);
+                        for (j, a) in acc.iter_mut().enumerate() {
+                            *a = _mm256_fmadd_ps(wv, _mm256_loadu_ps(p.add(j * LANES)), *a);
+                        }
+                    }
+                } else {
+                    let at = tile.at.map(|q| q as usize * LANES);
+                    for (t, &off) in bands.taps.iter().enumerate() {
+                        let wv = _mm256_loadu_ps(wt.as_ptr().add(t * LANES));
+                        let p = buf.as_ptr().add(off * LANES);
+                        for (a, &q) in acc.iter_mut().zip(&at) {
+                            *a = _mm256_fmadd_ps(wv, _mm256_loadu_ps(p.add(q)), *a);
+                        }
+                    }
+                }
+                transpose8(&mut acc);
+                for (l, &a) in acc.iter().enumerate().take(nch) {
+                    let dst = y.add(l * out_vol + tile.first);
+                    if tile.count == LANES {
+                        _mm256_storeu_ps(dst, a);
+                    } else {
+                        let mut staged = [0.0f32; LANES];
+                        _mm256_storeu_ps(staged.as_mut_ptr(), a);
+                        std::ptr::copy_nonoverlapping(staged.as_ptr(), dst, tile.count);
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -410,7 +705,7 @@ mod tests {
     /// bands of rows (stride 1 and 2), dilation, uneven padding and batches.
     #[test]
     fn same_bits_as_the_per_plane_path() {
-        if !(crate::cpu::conv_isa() == Some(crate::cpu::Isa::Avx512)) {
+        if lanes().is_none() {
             return;
         }
         let cases = [
@@ -422,6 +717,12 @@ mod tests {
             (2, 5, win(60, 26, [5, 5], 2, 1, [2; 4])),
             (1, 33, win(28, 14, [3, 3], 1, 1, [0, 1, 1, 0])),
             (1, 3, win(12, 13, [1, 5], 1, 1, [0, 2, 0, 2])),
+            // Several bands of eight channels too, and tiles of eight outputs over
+            // three rows of three.
+            (1, 9, win(100, 40, [3, 3], 1, 1, [1; 4])),
+            (1, 3, win(130, 50, [5, 5], 2, 1, [2; 4])),
+            (2, 8, win(5, 3, [3, 3], 1, 1, [1; 4])),
+            (1, 1, win(7, 5, [3, 3], 2, 1, [0; 4])),
         ];
         let values = super::super::conv_direct::tests::values;
         for (i, &(n, c, g)) in cases.iter().enumerate() {
@@ -433,7 +734,16 @@ mod tests {
                 let mut want = vec![0.0f32; n * c * g.out_vol()];
                 super::super::conv::depthwise(&x, &w, b, &mut want, &g, c, 1, None);
                 let mut got = vec![f32::NAN; want.len()];
-                conv(&x, &w, b, &mut got, n, c, &g, None);
+                conv(
+                    &x,
+                    &pack_weights(&w, c, g.k_vol()),
+                    b,
+                    &mut got,
+                    n,
+                    c,
+                    &g,
+                    None,
+                );
                 for (j, (a, e)) in got.iter().zip(&want).enumerate() {
                     assert_eq!(a.to_bits(), e.to_bits(), "case {i}, output {j}: {a} vs {e}");
                 }
