@@ -252,6 +252,8 @@ impl Chain {
             }
             Step::HardSwish { src: 0, h } => map_block(block, |x| step::hard_swish_one(*h, x)),
             Step::Silu { src: 0, x_first } => map_block(block, |x| step::silu_one(*x_first, x)),
+            // What `act_block` runs on its copy of the input.
+            Step::Act { src: 0, act } => step::map_in_place(*act, block),
             _ => unreachable!("InPlace::Direct is set for these steps only"),
         }
     }
@@ -260,8 +262,11 @@ impl Chain {
 /// How a chain runs over a block in place (its output overwriting its input).
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum InPlace {
-    /// Its one working step, the last, reads only the input (a Conv's Clip, SiLU or
-    /// hard-swish): straight over the block ([`Chain::step_in_place`]), no registers.
+    /// Its one working step, the last, reads only the input (a Conv's Clip, SiLU,
+    /// hard-swish, or an activation its kernel maps in place, such as ONNX's
+    /// HardSwish): straight over the block ([`Chain::step_in_place`]), no registers.
+    /// From copies, MobileNetV3's HardSwish tails on its depthwise convs took as long
+    /// as the convs (two copies per block: 0.10 of 0.20 ms on a 14x14x672 one).
     /// Not a Relu: LLVM turns `v = if v < 0 { 0 } else { v }` in place into masked
     /// stores of the zeros (`vmaskmovps` with AVX2), which on AMD's Zen 3 made a Relu
     /// tail four times the cost of the standalone Relu (RegNet-Y: 5.7% of the run
@@ -276,14 +281,15 @@ enum InPlace {
 impl InPlace {
     fn of(steps: &[Step]) -> InPlace {
         let (last, before) = steps.split_last().expect("chains have steps");
-        let direct = before.iter().all(|s| matches!(s, Step::Nop))
-            && matches!(
-                last,
-                Step::Clip { src: 0, .. }
-                    | Step::Affine { src: 0, .. }
-                    | Step::HardSwish { src: 0, .. }
-                    | Step::Silu { src: 0, .. }
-            );
+        let maps_input = match last {
+            Step::Clip { src: 0, .. }
+            | Step::Affine { src: 0, .. }
+            | Step::HardSwish { src: 0, .. }
+            | Step::Silu { src: 0, .. } => true,
+            Step::Act { src: 0, act } => step::f32_slice_kernel(*act).is_none(),
+            _ => false,
+        };
+        let direct = maps_input && before.iter().all(|s| matches!(s, Step::Nop));
         if direct {
             InPlace::Direct
         } else if reads(last).contains(&0) {

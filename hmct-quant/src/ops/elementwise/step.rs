@@ -365,7 +365,7 @@ pub(super) fn map_real<T: Real, D: Dest<T>>(act: Act, x: D) -> D::Out {
 
 /// `act` over f32 values in place: the function the activation kernel applies
 /// (except where it runs an [`f32_slice_kernel`]).
-pub(super) fn map_in_place(act: Act, d: &mut [f32]) {
+pub(crate) fn map_in_place(act: Act, d: &mut [f32]) {
     map_real(act, InPlace(d))
 }
 
