@@ -126,6 +126,8 @@ pub const CONV_SHAPES: &[ConvShape] = &[
     conv("mbv2_dw3x3_192_28", 192, 192, 192, 3, 1, 1, 28),
     conv("mbv3_dw3x3_672_14", 672, 672, 672, 3, 1, 1, 14),
     conv("mbv3_dw5x5_960_7", 960, 960, 960, 5, 1, 2, 7),
+    // SSDlite's first class head: 546 output channels over a 20x20 map.
+    conv("ssd_1x1_672to546_20", 672, 546, 1, 1, 1, 0, 20),
     conv("mbv3_dw5x5s2_672_14", 672, 672, 672, 5, 2, 2, 14),
     conv("mbv3_dw3x3s2_240_28", 240, 240, 240, 3, 2, 1, 28),
     conv("mbv3_dw5x5s2_72_56", 72, 72, 72, 5, 2, 2, 56),

@@ -647,7 +647,7 @@ fn single_position<T: Scalar>(
 }
 
 /// `s` as f32 values, when `T` is f32.
-fn f32_slice<T: 'static>(s: &[T]) -> Option<&[f32]> {
+pub(crate) fn f32_slice<T: 'static>(s: &[T]) -> Option<&[f32]> {
     // SAFETY: T is f32, so the slice's memory holds exactly `len` f32 values.
     (TypeId::of::<T>() == TypeId::of::<f32>())
         .then(|| unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<f32>(), s.len()) })
@@ -923,7 +923,7 @@ fn gather_windows(x: &[f32], planes: usize, g: &Win3) -> Vec<f32> {
 }
 
 /// `s` as f32 values, when `T` is f32.
-fn f32_slice_mut<T: 'static>(s: &mut [T]) -> Option<&mut [f32]> {
+pub(crate) fn f32_slice_mut<T: 'static>(s: &mut [T]) -> Option<&mut [f32]> {
     if TypeId::of::<T>() != TypeId::of::<f32>() {
         return None;
     }
