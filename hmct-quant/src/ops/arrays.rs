@@ -129,6 +129,17 @@ pub(crate) fn permute_data<T: Clone + Default + 'static>(
     let others: Vec<usize> = (0..k - 1).filter(|&i| i != p).collect();
     let combos: usize = others.iter().map(|&i| dims[i]).product();
     let (dp, sl) = (dims[p], st[k - 1]);
+    // Where combination `c` of the other output axes starts in the input and output.
+    let starts = |c: usize| {
+        let (mut rest, mut bin, mut bout) = (c, 0, 0);
+        for &i in others.iter().rev() {
+            let idx = rest % dims[i];
+            rest /= dims[i];
+            bin += idx * st[i];
+            bout += idx * ost[i];
+        }
+        (bin, bout)
+    };
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2")
         && let (Some(src), Some(outf)) = (
@@ -137,26 +148,14 @@ pub(crate) fn permute_data<T: Clone + Default + 'static>(
         )
     {
         for c in 0..combos {
-            let (mut rest, mut bin, mut bout) = (c, 0, 0);
-            for &i in others.iter().rev() {
-                let idx = rest % dims[i];
-                rest /= dims[i];
-                bin += idx * st[i];
-                bout += idx * ost[i];
-            }
+            let (bin, bout) = starts(c);
             // SAFETY: AVX2 was checked.
             unsafe { transpose_f32(src, [bin, sl], outf, [bout, ost[p]], [dp, last]) };
         }
         return out;
     }
     for c in 0..combos {
-        let (mut rest, mut bin, mut bout) = (c, 0, 0);
-        for &i in others.iter().rev() {
-            let idx = rest % dims[i];
-            rest /= dims[i];
-            bin += idx * st[i];
-            bout += idx * ost[i];
-        }
+        let (bin, bout) = starts(c);
         for i0 in (0..dp).step_by(TILE) {
             for j0 in (0..last).step_by(TILE) {
                 for i in i0..(i0 + TILE).min(dp) {

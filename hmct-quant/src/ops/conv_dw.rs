@@ -306,7 +306,7 @@ pub(crate) fn conv(
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
-            let _ = (xb, yp, &wb, &bb, buf, o0, o1, nch);
+            let _ = (xb, yp, &wb, &bb, buf, o0, o1, nch, &full_tiles, &last_tiles);
             unreachable!("`fits` holds only on x86-64");
         }
     };
