@@ -265,8 +265,8 @@ enum InPlace {
     /// Its one working step, the last, reads only the input (a Conv's Clip, SiLU,
     /// hard-swish, or an activation its kernel maps in place, such as ONNX's
     /// HardSwish): straight over the block ([`Chain::step_in_place`]), no registers.
-    /// From copies, MobileNetV3's HardSwish tails on its depthwise convs took as long
-    /// as the convs (two copies per block: 0.10 of 0.20 ms on a 14x14x672 one).
+    /// From two copies per block, a 14x14x672 depthwise conv of MobileNetV3 with its
+    /// HardSwish tail took 0.19-0.20 ms; straight over it, 0.14-0.15.
     /// Not a Relu: LLVM turns `v = if v < 0 { 0 } else { v }` in place into masked
     /// stores of the zeros (`vmaskmovps` with AVX2), which on AMD's Zen 3 made a Relu
     /// tail four times the cost of the standalone Relu (RegNet-Y: 5.7% of the run

@@ -141,7 +141,7 @@ pub(crate) fn permute_data<T: Clone + Default + 'static>(
         (bin, bout)
     };
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2")
+    if crate::cpu::features().avx2
         && let (Some(src), Some(outf)) = (
             super::conv::f32_slice(src),
             super::conv::f32_slice_mut(&mut out),

@@ -49,11 +49,11 @@ const SERIAL_WORK: usize = 1 << 18;
 /// there: 3x3 stride 2 to 28x28 0.16 -> 0.13, 3x3 at 28x28 0.10 -> 0.072, 5x5 stride 2
 /// to 28x28 0.125 -> 0.099, 7x7 at 56x56 0.52 -> 0.48; but 5x5 at 28x28 0.20 -> 0.23.
 ///
-/// With AVX2 (a Zen 3) every such geometry runs here: `kernel_table`, median of 5
-/// alternating rounds against the per-plane path, 0.41-0.55 on MobileNet's 7x7 and
-/// 14x14 maps and stride-2 convs to 28x28 and 14x14, 0.73-0.90 on 5x5 and 7x7
-/// kernels at 28x28 and 56x56 and the stride-2 convs from 112x112, the same on 3x3 at
-/// 28x28 and 56x56.
+/// With AVX2 (a Zen 3) every such geometry runs here: `kernel_table _dw`, median of
+/// 5 alternating rounds against the per-plane path, 0.51-0.54 on 7x7 maps, 0.73-0.83
+/// on 14x14, 0.41-0.74 for stride 2 to 28x28 and 14x14, 0.81-0.87 for 5x5 and 7x7
+/// kernels at 28x28 and 56x56, 0.88-0.89 for stride 2 from 112x112, 1.00-1.03 for
+/// 3x3 at 28x28 and 56x56.
 pub(crate) fn fits(g: &Win3) -> bool {
     let Some(lanes) = lanes() else {
         return false;
@@ -501,8 +501,8 @@ mod avx512 {
 }
 
 /// The same kernel with AVX2 and FMA: eight channels per block and tiles of eight
-/// positions (eight sums in flight, as many as two FMA units with four cycles of
-/// latency keep busy).
+/// consecutive outputs ([`Tile`]; eight sums in flight, as many as two FMA units
+/// with four cycles of latency keep busy).
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
