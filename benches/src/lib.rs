@@ -183,7 +183,8 @@ impl MatMulShape {
 }
 
 /// BERT-base at sequence 128: the projections, the feed-forward layers and the
-/// attention products of 12 heads.
+/// attention products of 12 heads; ViT-S/16's projections and MLP (197 tokens), and
+/// ConvNeXt-T's pointwise layers at its first and last stage.
 pub const MATMUL_SHAPES: &[MatMulShape] = &[
     MatMulShape {
         name: "bert_qkv_128x768x768",
@@ -207,6 +208,54 @@ pub const MATMUL_SHAPES: &[MatMulShape] = &[
         m: 128,
         k: 3072,
         n: 768,
+        shared_b: true,
+    },
+    MatMulShape {
+        name: "vit_qkv_197x384x1152",
+        batch: 1,
+        m: 197,
+        k: 384,
+        n: 1152,
+        shared_b: true,
+    },
+    MatMulShape {
+        name: "vit_mlp1_197x384x1536",
+        batch: 1,
+        m: 197,
+        k: 384,
+        n: 1536,
+        shared_b: true,
+    },
+    MatMulShape {
+        name: "vit_mlp2_197x1536x384",
+        batch: 1,
+        m: 197,
+        k: 1536,
+        n: 384,
+        shared_b: true,
+    },
+    MatMulShape {
+        name: "convnext_pw1_3136x96x384",
+        batch: 1,
+        m: 3136,
+        k: 96,
+        n: 384,
+        shared_b: true,
+    },
+    MatMulShape {
+        name: "convnext_pw2_3136x384x96",
+        batch: 1,
+        m: 3136,
+        k: 384,
+        n: 96,
+        shared_b: true,
+    },
+    MatMulShape {
+        name: "convnext_pw1_49x768x3072",
+        batch: 1,
+        m: 49,
+        k: 768,
+        n: 3072,
         shared_b: true,
     },
     MatMulShape {

@@ -19,6 +19,7 @@ use rayon::prelude::*;
 
 use super::arrays::{array, contiguous};
 use super::gemm_util::{self as gu, MatRef, Scalar, SendPtr};
+use super::weight_cache::WeightCache;
 use super::window::{AutoPad, Win3, Window, WindowAttrs, split_row_stride2};
 use super::{Kernel, NodeSpec, OpError, input, opt_input};
 use crate::fusion::{Chain, Tail};
@@ -37,25 +38,10 @@ struct ConvKernel {
     attrs: WindowAttrs,
     group: usize,
     integer: bool,
-    weights: WeightCache,
+    weights: WeightCache<Derived>,
 }
 
-/// What the conv derives from its f32 weight (packed or transposed panels, the taps
-/// of padding bands), kept per weight tensor when the weight input is stable
-/// ([`NodeSpec::stable_inputs`]): a constant, or a fake-quantized weight the session
-/// keeps, so a probe that switches a weight calibration node packs each setting's
-/// weight once rather than once per run.
-#[derive(Default)]
-pub(crate) struct WeightCache {
-    stable: bool,
-    /// Per weight tensor, by the address of its data; the most recently added last.
-    entries: std::sync::Mutex<Vec<(usize, std::sync::Arc<Derived>)>>,
-}
-
-/// Weight tensors a conv keeps derived data for: the float weight, its int8
-/// fake-quantized form, and one more setting (int16, a threshold under test).
-const CACHED_WEIGHTS: usize = 3;
-
+/// What a conv derives from its f32 weight, kept by its [`WeightCache`].
 #[derive(Default)]
 pub(crate) struct Derived {
     packed: std::sync::OnceLock<Vec<super::packed_gemm::PackedA>>,
@@ -69,33 +55,6 @@ pub(crate) struct Derived {
 }
 
 type BandTaps = std::sync::Mutex<Vec<([usize; 4], std::sync::Arc<(Vec<f32>, Derived)>)>>;
-
-impl WeightCache {
-    fn new(spec: &NodeSpec) -> WeightCache {
-        WeightCache {
-            stable: spec.stable_inputs.get(1).copied().unwrap_or(false),
-            ..WeightCache::default()
-        }
-    }
-
-    /// The derived data of the weight whose data starts at `data`, if it is cached.
-    fn derived(&self, data: *const f32) -> Option<std::sync::Arc<Derived>> {
-        if !self.stable {
-            return None;
-        }
-        let key = data as usize;
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, d)) = entries.iter().find(|(k, _)| *k == key) {
-            return Some(d.clone());
-        }
-        if entries.len() == CACHED_WEIGHTS {
-            entries.remove(0);
-        }
-        let d = std::sync::Arc::new(Derived::default());
-        entries.push((key, d.clone()));
-        Some(d)
-    }
-}
 
 /// The value in `slot` (made on first use), or a fresh one held in `fresh` when
 /// there is nothing to keep it in.
@@ -124,7 +83,7 @@ impl ConvKernel {
             attrs: WindowAttrs::parse(spec)?,
             group: group as usize,
             integer,
-            weights: WeightCache::new(spec),
+            weights: WeightCache::new(spec, 1),
         })
     }
 

@@ -30,6 +30,7 @@ pub(crate) mod reduce;
 pub(crate) mod resize;
 pub(crate) mod rnn;
 pub(crate) mod shape;
+pub(crate) mod weight_cache;
 pub(crate) mod window;
 
 pub use attrs::Attrs;

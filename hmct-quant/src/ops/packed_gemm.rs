@@ -1,13 +1,17 @@
 //! A packed f32 GEMM for AVX-512 or AVX2: `C = start + A·B`, each output summed from
 //! its start value over `k` in order with fused multiply-adds. Pointwise convs run on
-//! it (see [`conv_prefers`] for what was measured).
+//! it (see [`conv_prefers`] for what was measured), and MatMul and Gemm with a weight
+//! for `B` ([`matmul`]).
 //!
 //! `A` (whose elements are broadcast) is packed in tiles of `mr` rows, `k`-major, so
 //! a tile's weights for one `k` are adjacent; conv weights are constants, so
-//! [`super::conv`] packs them once per plan. `B` is packed right before use, a block of
-//! `kc` × `nc` at a time (it stays in the L2 cache), in panels of `kc` × `nr` read in
-//! order: by a caller-given packer, so a conv packs its input's windows (implicit
-//! im2col) and a matrix is packed as is. Each register tile of `mr` rows × `nr`
+//! [`super::conv`] packs them once per plan. A MatMul's `A` (its activations) is read
+//! in place instead: packing it weighs where the weight has few columns (ConvNeXt-T's
+//! 3136x384x96 in `kernel_table`: 1.35x the `gemm` crate's time with it packed,
+//! 0.95-0.98x read in place). `B` is packed right before use,
+//! a block of `kc` × `nc` at a time (it stays in the L2 cache), in panels of `kc` ×
+//! `nr` read in order: by a caller-given packer, so a conv packs its input's windows
+//! (implicit im2col); or a constant `B` is packed once, whole ([`PackedB`]). Each register tile of `mr` rows × `nr`
 //! columns (AVX-512: 12 × 32 in 24 zmm accumulators; AVX2: 6 × 16 in 12 ymm; two
 //! vectors of `B` and one broadcast per row and `k`) then runs at the FMA units' rate;
 //! its `A` tile stays in L1 while it sweeps the block's panels (see [`Geometry`]).
@@ -129,6 +133,109 @@ pub(crate) enum Start<'a> {
 /// `dst` (`kc` rows of `nr`; columns from `cols` on must be written as zero).
 pub(crate) trait PackB {
     fn pack(&self, k0: usize, kc: usize, j0: usize, cols: usize, nr: usize, dst: &mut [f32]);
+
+    /// Columns `j0 .. j0 + width` as consecutive panels.
+    fn pack_block(
+        &self,
+        k0: usize,
+        kc: usize,
+        j0: usize,
+        width: usize,
+        nr: usize,
+        dst: &mut [f32],
+    ) {
+        for p in 0..width.div_ceil(nr) {
+            let cols = nr.min(width - p * nr);
+            self.pack(
+                k0,
+                kc,
+                j0 + p * nr,
+                cols,
+                nr,
+                &mut dst[p * kc * nr..][..kc * nr],
+            );
+        }
+    }
+}
+
+/// Where [`gemm`] takes `A` from: packed tiles, or a matrix read in place (row `i`
+/// of a register tile broadcast from `i · rs` past the tile's first, the next `k`
+/// `cs` further on: nothing to pack, for an operand that changes on every call).
+#[derive(Clone, Copy)]
+pub(crate) enum ASource<'a> {
+    Packed(&'a PackedA),
+    Matrix {
+        a: MatRef<'a, f32>,
+        m: usize,
+        k: usize,
+        isa: Isa,
+    },
+}
+
+impl ASource<'_> {
+    /// The instruction set, rows and depth.
+    fn dims(&self) -> (Isa, usize, usize) {
+        match *self {
+            ASource::Packed(p) => (p.isa, p.m, p.k),
+            ASource::Matrix { m, k, isa, .. } => (isa, m, k),
+        }
+    }
+
+    /// Where the register tile of rows from `t0` reads `k0`: the pointer, the
+    /// distance between its rows and between consecutive `k`.
+    fn at(&self, t0: usize, k0: usize) -> (*const f32, usize, usize) {
+        match *self {
+            ASource::Packed(p) => {
+                let mr = Geometry::of(p.isa).mr;
+                // Tile `t0 / mr` starts at `t0 · k`; its `k0`-th group at `k0 · mr`.
+                (p.data[t0 * p.k + k0 * mr..].as_ptr(), 1, mr)
+            }
+            ASource::Matrix { a, .. } => (a.data[t0 * a.rs + k0 * a.cs..].as_ptr(), a.rs, a.cs),
+        }
+    }
+}
+
+/// Where [`gemm`] takes `B` from.
+#[derive(Clone, Copy)]
+pub(crate) enum BSource<'a> {
+    /// Packed a block at a time, right before use.
+    Pack(&'a dyn PackB),
+    /// Packed once (a constant).
+    Packed(&'a PackedB),
+}
+
+/// A constant `B` (`k × n`, a weight) packed once, whole, in the blocks and panels
+/// [`gemm`] reads: the block of columns `j0 ..` (a multiple of `nc`) and rows `k0 ..`
+/// (a multiple of `kc`) is `kc` × `nc` as [`PackB::pack`] lays it out, at
+/// `j0 · k + k0 · width` (`width` the block's columns rounded up to `nr`).
+pub(crate) struct PackedB {
+    data: Vec<f32>,
+    k: usize,
+    n: usize,
+    isa: Isa,
+}
+
+impl PackedB {
+    pub(crate) fn new(b: MatRef<f32>, k: usize, n: usize, isa: Isa) -> PackedB {
+        let Geometry { nr, kc, nc, .. } = Geometry::of(isa);
+        let mut data = vec![0.0; k * n.div_ceil(nr) * nr];
+        for j0 in (0..n).step_by(nc) {
+            let width = nc.min(n - j0).div_ceil(nr) * nr;
+            for k0 in (0..k).step_by(kc) {
+                let kcb = kc.min(k - k0);
+                let block = &mut data[j0 * k + k0 * width..][..kcb * width];
+                MatrixB(b).pack_block(k0, kcb, j0, nc.min(n - j0), nr, block);
+            }
+        }
+        PackedB { data, k, n, isa }
+    }
+
+    /// The block of columns from `j0` and rows from `k0`.
+    fn block(&self, j0: usize, k0: usize) -> &[f32] {
+        let Geometry { nr, nc, .. } = Geometry::of(self.isa);
+        let width = nc.min(self.n - j0).div_ceil(nr) * nr;
+        &self.data[j0 * self.k + k0 * width..]
+    }
 }
 
 thread_local! {
@@ -144,22 +251,26 @@ thread_local! {
 /// block with row stride `ldc >= columns.len()`, which nothing else accesses during the
 /// call; `Start::Bias` has a value for every row of `rows`.
 pub(crate) unsafe fn gemm(
-    a: &PackedA,
+    a: ASource,
     rows: std::ops::Range<usize>,
     columns: std::ops::Range<usize>,
     start: Start,
-    b: &dyn PackB,
+    b: BSource,
     c: *mut f32,
     ldc: usize,
 ) {
-    let Geometry { mr, nr, kc, nc } = Geometry::of(a.isa);
+    let (isa, m, k) = a.dims();
+    let Geometry { mr, nr, kc, nc } = Geometry::of(isa);
+    if let BSource::Packed(pb) = b {
+        debug_assert!(pb.isa == isa && pb.k == k && columns.end <= pb.n);
+        debug_assert!(columns.start.is_multiple_of(nc));
+    }
     let (kc_max, nc_max) = (kc, nc);
-    debug_assert!(rows.start.is_multiple_of(mr) && rows.end <= a.m);
+    debug_assert!(rows.start.is_multiple_of(mr) && rows.end <= m);
     let n = columns.len();
     if rows.is_empty() || n == 0 {
         return;
     }
-    let k = a.k;
     if k == 0 {
         for i in rows.clone() {
             let v = match start {
@@ -179,22 +290,27 @@ pub(crate) unsafe fn gemm(
         let panels = nc.div_ceil(nr);
         for k0 in (0..k).step_by(kc_max) {
             let kc = kc_max.min(k - k0);
-            for p in 0..panels {
-                let cols = nr.min(nc - p * nr);
-                b.pack(
-                    k0,
-                    kc,
-                    columns.start + j0 + p * nr,
-                    cols,
-                    nr,
-                    &mut block[p * kc * nr..][..kc * nr],
-                );
-            }
+            let panels_at = match b {
+                BSource::Pack(b) => {
+                    for p in 0..panels {
+                        let cols = nr.min(nc - p * nr);
+                        b.pack(
+                            k0,
+                            kc,
+                            columns.start + j0 + p * nr,
+                            cols,
+                            nr,
+                            &mut block[p * kc * nr..][..kc * nr],
+                        );
+                    }
+                    block.as_ptr()
+                }
+                BSource::Packed(b) => b.block(columns.start + j0, k0).as_ptr(),
+            };
             let from = if k0 == 0 { start } else { Start::Output };
             let run = |t0: usize, p: usize| {
                 let r = mr.min(rows.end - t0);
-                // Tile `t0 / mr` starts at `t0 · k`; its `k0`-th group at `k0 · mr`.
-                let at = a.data[t0 * k + k0 * mr..].as_ptr();
+                let (at, a_rs, a_ks) = a.at(t0, k0);
                 let bias = match from {
                     Start::Bias(bias) => Some(&bias[t0..t0 + r]),
                     _ => None,
@@ -206,9 +322,9 @@ pub(crate) unsafe fn gemm(
                 // caller's block.
                 unsafe {
                     let ct = c.add((t0 - rows.start) * ldc + j0 + p * nr);
-                    let bt = block.as_ptr().add(p * kc * nr);
+                    let bt = panels_at.add(p * kc * nr);
                     let load = matches!(from, Start::Output);
-                    tile(a.isa, r, kc, at, bt, ct, ldc, cols, bias, load);
+                    tile(isa, r, kc, (at, a_rs, a_ks), bt, ct, ldc, cols, bias, load);
                 }
             };
             for t0 in rows.clone().step_by(mr) {
@@ -230,7 +346,7 @@ unsafe fn tile(
     isa: Isa,
     r: usize,
     kc: usize,
-    a: *const f32,
+    a: (*const f32, usize, usize),
     b: *const f32,
     c: *mut f32,
     ldc: usize,
@@ -334,7 +450,7 @@ mod avx512 {
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn tile<const R: usize>(
         kc: usize,
-        mut a: *const f32,
+        (mut a, a_rs, a_ks): (*const f32, usize, usize),
         mut b: *const f32,
         c: *mut f32,
         ldc: usize,
@@ -344,8 +460,8 @@ mod avx512 {
     ) {
         let masks = [mask(cols), mask(cols.saturating_sub(16))];
         let mut acc = [[_mm512_setzero_ps(); 2]; R];
-        // SAFETY (whole body): the caller vouches for `kc` groups of `AVX512_MR` values
-        // at `a`, `kc` rows of `AVX512_NR` at `b`, and `R` rows of `cols` values at `c`; masked-off
+        // SAFETY (whole body): the caller vouches for `kc` groups of `R` values
+        // (`a_rs` apart, groups `a_ks` apart) at `a`, `kc` rows of `AVX512_NR` at `b`, and `R` rows of `cols` values at `c`; masked-off
         // lanes are neither read nor written.
         unsafe {
             for (i, acc) in acc.iter_mut().enumerate() {
@@ -361,11 +477,11 @@ mod avx512 {
                 let x0 = _mm512_loadu_ps(b);
                 let x1 = _mm512_loadu_ps(b.add(16));
                 for (i, acc) in acc.iter_mut().enumerate() {
-                    let w = _mm512_set1_ps(*a.add(i));
+                    let w = _mm512_set1_ps(*a.add(i * a_rs));
                     acc[0] = _mm512_fmadd_ps(w, x0, acc[0]);
                     acc[1] = _mm512_fmadd_ps(w, x1, acc[1]);
                 }
-                a = a.add(super::AVX512_MR);
+                a = a.add(a_ks);
                 b = b.add(super::AVX512_NR);
             }
             for (i, acc) in acc.iter().enumerate() {
@@ -388,7 +504,7 @@ mod avx2 {
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn tile<const R: usize>(
         kc: usize,
-        mut a: *const f32,
+        (mut a, a_rs, a_ks): (*const f32, usize, usize),
         mut b: *const f32,
         c: *mut f32,
         ldc: usize,
@@ -411,8 +527,8 @@ mod avx2 {
             (buf.as_mut_ptr().cast::<f32>(), 16)
         };
         let mut acc = [[_mm256_setzero_ps(); 2]; R];
-        // SAFETY (whole body): the caller vouches for `kc` groups of `mr` values at
-        // `a`, `kc` rows of 16 at `b`, and `R` rows of `cols` values at `c`; `out` is
+        // SAFETY (whole body): the caller vouches for `kc` groups of `R` values
+        // (`a_rs` apart, groups `a_ks` apart) at `a`, `kc` rows of 16 at `b`, and `R` rows of `cols` values at `c`; `out` is
         // either `c` with 16 columns per row or the stack buffer.
         unsafe {
             for (i, acc) in acc.iter_mut().enumerate() {
@@ -428,11 +544,11 @@ mod avx2 {
                 let x0 = _mm256_loadu_ps(b);
                 let x1 = _mm256_loadu_ps(b.add(8));
                 for (i, acc) in acc.iter_mut().enumerate() {
-                    let w = _mm256_broadcast_ss(&*a.add(i));
+                    let w = _mm256_broadcast_ss(&*a.add(i * a_rs));
                     acc[0] = _mm256_fmadd_ps(w, x0, acc[0]);
                     acc[1] = _mm256_fmadd_ps(w, x1, acc[1]);
                 }
-                a = a.add(super::AVX2_MR);
+                a = a.add(a_ks);
                 b = b.add(super::AVX2_NR);
             }
             for (i, acc) in acc.iter().enumerate() {
@@ -450,13 +566,9 @@ mod avx2 {
 }
 
 /// `B` given as a matrix: each panel row is copied (or gathered, for a transposed
-/// matrix) and padded with zeros. Only the tests multiply matrices here: MatMul and
-/// Gemm measured faster on the `gemm` crate (BERT-base's 128x768x3072: 76% of the FMA
-/// peak there, 57% here).
-#[cfg(test)]
+/// matrix) and padded with zeros.
 pub(crate) struct MatrixB<'a>(pub MatRef<'a, f32>);
 
-#[cfg(test)]
 impl PackB for MatrixB<'_> {
     fn pack(&self, k0: usize, kc: usize, j0: usize, cols: usize, nr: usize, dst: &mut [f32]) {
         let b = self.0;
@@ -688,11 +800,11 @@ pub(crate) fn conv(
             let dst =
                 yp.0.add((b * m + gi * mg + rows.start) * out_vol + cols.start);
             gemm(
-                &w[gi],
+                ASource::Packed(&w[gi]),
                 rows.clone(),
                 cols.clone(),
                 start,
-                &ConvB { x: xg, g },
+                BSource::Pack(&ConvB { x: xg, g }),
                 dst,
                 out_vol,
             );
@@ -709,6 +821,52 @@ pub(crate) fn conv(
     } else {
         (0..tasks).into_par_iter().for_each(task);
     }
+}
+
+/// Row tiles per task of a parallel [`matmul`].
+const MATMUL_ROW_TILES: usize = 16;
+
+/// `y = start + a · b` for an `m × k` matrix `a` (read in place) and a packed constant
+/// `b` (`k × n`), with `y` row-major `m × n`; `start` is `Start::Zero` or
+/// `Start::Output` (the values in `y`). Tasks are (chunk of row tiles, block of `nc`
+/// columns). Each output is summed over `k` in order whatever the tasks, so the
+/// thread count does not change a bit.
+///
+/// The CPU runs the instruction set `b` was packed for.
+pub(crate) fn matmul(a: MatRef<f32>, m: usize, b: &PackedB, start: Start, y: &mut [f32]) {
+    use rayon::prelude::*;
+    let (k, n, isa) = (b.k, b.n, b.isa);
+    assert!(isa.supported() && y.len() >= m * n && !matches!(start, Start::Bias(_)));
+    assert!(m == 0 || k == 0 || (m - 1) * a.rs + (k - 1) * a.cs < a.data.len());
+    if m == 0 || n == 0 {
+        return;
+    }
+    let a = ASource::Matrix { a, m, k, isa };
+    let Geometry { mr, nc, .. } = Geometry::of(isa);
+    if m * n * k < SERIAL_WORK || !crate::par::enabled() {
+        // SAFETY: `y` holds the `m × n` block (checked above), `a` covers `m × k`;
+        // the CPU runs `b`'s instruction set.
+        unsafe { gemm(a, 0..m, 0..n, start, BSource::Packed(b), y.as_mut_ptr(), n) };
+        return;
+    }
+    let chunk = MATMUL_ROW_TILES * mr;
+    let col_tasks = n.div_ceil(nc);
+    let yp = super::gemm_util::SendPtr(y.as_mut_ptr());
+    let task = |t: usize| {
+        let (rt, ct) = (t / col_tasks, t % col_tasks);
+        let rows = rt * chunk..(rt * chunk + chunk).min(m);
+        let cols = ct * nc..(ct * nc + nc).min(n);
+        let yp = &yp;
+        // SAFETY: the task writes rows `rows` × columns `cols` of `y` (checked above),
+        // which no other task writes; as above otherwise.
+        unsafe {
+            let dst = yp.0.add(rows.start * n + cols.start);
+            gemm(a, rows, cols, start, BSource::Packed(b), dst, n);
+        }
+    };
+    (0..m.div_ceil(chunk) * col_tasks)
+        .into_par_iter()
+        .for_each(task);
 }
 
 #[cfg(test)]
@@ -959,6 +1117,62 @@ mod tests {
         }
     }
 
+    /// [`matmul`] (a read in place, b packed once) sums each output from its start
+    /// over `k` in order with fused multiply-adds, bit for bit, with either operand
+    /// transposed, at 1 and 3 threads: row chunks, column blocks and blocks of `k`
+    /// with partial last ones, tiles of fewer rows and columns.
+    #[test]
+    fn packed_products_in_order() {
+        for isa in isas() {
+            for (m, n, k) in [
+                (1, 1, 1),
+                (5, 17, 3),
+                (13, 33, 130),
+                (197, 400, 300),
+                (250, 20, 260),
+            ] {
+                let a = values(m * k, 7);
+                let b = values(k * n, 8);
+                let at: Vec<f32> = (0..k * m).map(|i| a[(i % m) * k + i / m]).collect();
+                let bt: Vec<f32> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
+                let c0 = values(m * n, 9);
+                let want = |from_c: bool| -> Vec<u32> {
+                    (0..m * n)
+                        .map(|ij| {
+                            let (i, j) = (ij / n, ij % n);
+                            let mut s = if from_c { c0[ij] } else { 0.0 };
+                            for p in 0..k {
+                                s = a[i * k + p].mul_add(b[p * n + j], s);
+                            }
+                            s.to_bits()
+                        })
+                        .collect()
+                };
+                let packed = [
+                    PackedB::new(MatRef::row_major(&b, n), k, n, isa),
+                    PackedB::new(MatRef::transposed(&bt, k), k, n, isa),
+                ];
+                for (pb, am, from_c) in [
+                    (&packed[0], MatRef::row_major(&a, k), false),
+                    (&packed[1], MatRef::transposed(&at, m), true),
+                ] {
+                    let expected = want(from_c);
+                    for threads in [1, 3] {
+                        let pool = rayon::ThreadPoolBuilder::new()
+                            .num_threads(threads)
+                            .build()
+                            .unwrap();
+                        let mut c = c0.clone();
+                        let start = if from_c { Start::Output } else { Start::Zero };
+                        pool.install(|| matmul(am, m, pb, start, &mut c));
+                        let got: Vec<u32> = c.iter().map(|v| v.to_bits()).collect();
+                        assert!(got == expected, "{isa:?} {m}x{n}x{k} {threads} threads");
+                    }
+                }
+            }
+        }
+    }
+
     fn matrix_products_on(isa: Isa) {
         for (m, n, k) in [
             (1, 1, 1),
@@ -983,7 +1197,10 @@ mod tests {
             ] {
                 let mut c = c0.clone();
                 // SAFETY: `isa` is supported; `c` is m × n with row stride n.
-                unsafe { gemm(&pa, 0..m, 0..n, start, &MatrixB(bm), c.as_mut_ptr(), n) };
+                unsafe {
+                    let (a, b) = (ASource::Packed(&pa), BSource::Pack(&MatrixB(bm)));
+                    gemm(a, 0..m, 0..n, start, b, c.as_mut_ptr(), n)
+                };
                 for i in 0..m {
                     for j in 0..n {
                         let base = if matches!(start, Start::Output) {
