@@ -113,7 +113,8 @@ fn run<T: Real>(
     kind: Kind,
 ) -> Result<ArrayD<T>, OpError> {
     let x = contiguous(a);
-    let mut y = vec![T::ZERO; x.len()];
+    // Every element is written (a row or block at a time).
+    let mut y = crate::buffers::take::<T>(x.len());
     let w = len * inner;
     if w > 0 {
         // Pieces hold whole `[len, inner]` blocks.
