@@ -1,4 +1,5 @@
-//! MatMul, Gemm, MatMulInteger and Einsum on the shared GEMM (`gemm_util`).
+//! MatMul, Gemm, MatMulInteger and Einsum on the shared GEMM (`gemm_util`); f32
+//! products with a weight on the packed GEMM ([`super::packed_gemm`]).
 
 use std::collections::BTreeMap;
 
@@ -35,9 +36,9 @@ const PACKED_MIN_WORK: usize = 1 << 16;
 /// axes folded) and a stable f32 weight `w` (`k × n`, or `n × k` when `w_transposed`),
 /// packed once per weight. `None` when it does not apply: no AVX2 or AVX-512, a
 /// weight the session does not keep, a single row (which [`vec_mat`] streams), or a
-/// small product. Weights run at the register tiles' rate with nothing packed per run
-/// but `x`; the `gemm` crate packed both operands on every call (ViT-S/16's
-/// 197x384x1536 at 71% of the FMA peak there, BERT-base's 128x768x3072 at 76%).
+/// small product. Nothing is packed per run; the `gemm` crate packs both operands on
+/// every call (`kernel_table`, % of the FMA peak there -> here: BERT-base's
+/// 128x768x3072 77 -> 89, ViT-S/16's 197x384x1536 88 -> 92).
 fn packed_product(
     weights: &PackedWeight,
     x: MatRef<f32>,
