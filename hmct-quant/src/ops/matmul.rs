@@ -35,9 +35,9 @@ const PACKED_MIN_WORK: usize = 1 << 16;
 /// `y = start + x · w` on the packed GEMM, for an f32 `x` of `m` rows (its leading
 /// axes folded) and a stable f32 weight `w` (`k × n`, or `n × k` when `w_transposed`),
 /// packed once per weight. `None` when it does not apply: no AVX2 or AVX-512, a
-/// weight the session does not keep, a single row (which [`vec_mat`] streams), or a
-/// small product. Nothing is packed per run; the `gemm` crate packs both operands on
-/// every call (`kernel_table`, % of the FMA peak there -> here: BERT-base's
+/// weight the session does not keep, a single row (MatMul streams it through
+/// [`vec_mat`]), or a small product. Nothing is packed per run; the `gemm` crate
+/// packs both operands on every call (`kernel_table`, % of the FMA peak there -> here: BERT-base's
 /// 128x768x3072 77 -> 89, ViT-S/16's 197x384x1536 88 -> 92).
 fn packed_product(
     weights: &PackedWeight,

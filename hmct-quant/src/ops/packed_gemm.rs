@@ -8,11 +8,11 @@
 //! [`super::conv`] packs them once per plan. A MatMul's `A` (its activations) is read
 //! in place instead: packing it weighs where the weight has few columns (ConvNeXt-T's
 //! 3136x384x96 in `kernel_table`: 1.35x the `gemm` crate's time with it packed,
-//! 0.95-0.98x read in place). `B` is packed right before use,
-//! a block of `kc` × `nc` at a time (it stays in the L2 cache), in panels of `kc` ×
-//! `nr` read in order: by a caller-given packer, so a conv packs its input's windows
-//! (implicit im2col); or a constant `B` is packed once, whole ([`PackedB`]). Each register tile of `mr` rows × `nr`
-//! columns (AVX-512: 12 × 32 in 24 zmm accumulators; AVX2: 6 × 16 in 12 ymm; two
+//! 0.95-0.98x read in place). `B` is packed right before use, a block of `kc` × `nc`
+//! at a time (it stays in the L2 cache), in panels of `kc` × `nr` read in order: by a
+//! caller-given packer, so a conv packs its input's windows (implicit im2col); or a
+//! constant `B` is packed once, whole ([`PackedB`]). Each register tile of `mr` rows
+//! × `nr` columns (AVX-512: 12 × 32 in 24 zmm accumulators; AVX2: 6 × 16 in 12 ymm; two
 //! vectors of `B` and one broadcast per row and `k`) then runs at the FMA units' rate;
 //! its `A` tile stays in L1 while it sweeps the block's panels (see [`Geometry`]).
 //! Blocks of `k` after the first add to the sums the previous one stored (exact: f32
@@ -247,9 +247,10 @@ thread_local! {
 /// `c + (i - rows.start)·ldc + j - columns.start`.
 ///
 /// # Safety
-/// The CPU runs `a`'s instruction set; `c` points to the `rows.len() × columns.len()`
-/// block with row stride `ldc >= columns.len()`, which nothing else accesses during the
-/// call; `Start::Bias` has a value for every row of `rows`.
+/// The CPU runs `a`'s instruction set (which a packed `b` was packed for); an
+/// `ASource::Matrix` holds its `m × k` values; `c` points to the `rows.len() ×
+/// columns.len()` block with row stride `ldc >= columns.len()`, which nothing else
+/// accesses during the call; `Start::Bias` has a value for every row of `rows`.
 pub(crate) unsafe fn gemm(
     a: ASource,
     rows: std::ops::Range<usize>,
@@ -316,8 +317,9 @@ pub(crate) unsafe fn gemm(
                     _ => None,
                 };
                 let cols = nr.min(nc - p * nr);
-                // SAFETY: the tile reads `kc` groups of `mr` packed values of `a`
-                // and `kc` rows of `nr` of the block, and accesses rows
+                // SAFETY: the tile reads rows `t0 .. t0 + r` × depths `k0 .. k0 + kc`
+                // of `a` (packed, or in place inside the matrix `matmul` checked) and
+                // `kc` rows of `nr` of the block, and accesses rows
                 // `t0 .. t0 + r` × columns `j0 + p·nr ..` (`cols` of them) of the
                 // caller's block.
                 unsafe {
@@ -461,8 +463,9 @@ mod avx512 {
         let masks = [mask(cols), mask(cols.saturating_sub(16))];
         let mut acc = [[_mm512_setzero_ps(); 2]; R];
         // SAFETY (whole body): the caller vouches for `kc` groups of `R` values
-        // (`a_rs` apart, groups `a_ks` apart) at `a`, `kc` rows of `AVX512_NR` at `b`, and `R` rows of `cols` values at `c`; masked-off
-        // lanes are neither read nor written.
+        // (`a_rs` apart, groups `a_ks` apart) at `a`, `kc` rows of `AVX512_NR` at
+        // `b`, and `R` rows of `cols` values at `c`; masked-off lanes are neither read
+        // nor written.
         unsafe {
             for (i, acc) in acc.iter_mut().enumerate() {
                 for (v, acc) in acc.iter_mut().enumerate() {
@@ -528,8 +531,9 @@ mod avx2 {
         };
         let mut acc = [[_mm256_setzero_ps(); 2]; R];
         // SAFETY (whole body): the caller vouches for `kc` groups of `R` values
-        // (`a_rs` apart, groups `a_ks` apart) at `a`, `kc` rows of 16 at `b`, and `R` rows of `cols` values at `c`; `out` is
-        // either `c` with 16 columns per row or the stack buffer.
+        // (`a_rs` apart, groups `a_ks` apart) at `a`, `kc` rows of 16 at `b`, and `R`
+        // rows of `cols` values at `c`; `out` is either `c` with 16 columns per row or
+        // the stack buffer.
         unsafe {
             for (i, acc) in acc.iter_mut().enumerate() {
                 for (v, acc) in acc.iter_mut().enumerate() {
