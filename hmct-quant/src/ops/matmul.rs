@@ -32,22 +32,19 @@ type PackedWeight = WeightCache<std::sync::OnceLock<PackedB>>;
 /// Products below this many multiply-adds stay on the `gemm` crate.
 const PACKED_MIN_WORK: usize = 1 << 16;
 
-/// `y = start + x · w` on the packed GEMM, for an f32 `x` of `m` rows (its leading
-/// axes folded) and a stable f32 weight `w` (`k × n`, or `n × k` when `w_transposed`),
-/// packed once per weight. `None` when it does not apply: no AVX2 or AVX-512, a
-/// weight the session does not keep, a single row (MatMul streams it through
-/// [`vec_mat`]), or a small product. Nothing is packed per run; the `gemm` crate
-/// packs both operands on every call (`kernel_table`, % of the FMA peak there -> here: BERT-base's
-/// 128x768x3072 77 -> 89, ViT-S/16's 197x384x1536 88 -> 92).
-fn packed_product(
+/// A stable f32 weight `w` (`k × n`, or `n × k` when `w_transposed`) packed for the
+/// packed GEMM, once per weight tensor, for a product of `m` rows. `None` when that
+/// path does not apply: no AVX2 or AVX-512, a weight the session does not keep, a
+/// single row (MatMul streams it through [`vec_mat`]), or a small product. Nothing is
+/// packed per run; the `gemm` crate packs both operands on every call (`kernel_table`,
+/// % of the FMA peak there -> here: BERT-base's 128x768x3072 77 -> 89, ViT-S/16's
+/// 197x384x1536 88 -> 92).
+fn packed_weight(
     weights: &PackedWeight,
-    x: MatRef<f32>,
-    m: usize,
     w: &ArrayD<f32>,
     w_transposed: bool,
-    start: Start,
-    y: &mut [f32],
-) -> Option<()> {
+    m: usize,
+) -> Option<std::sync::Arc<std::sync::OnceLock<PackedB>>> {
     let isa = crate::cpu::conv_isa()?;
     let wd = w.as_slice()?;
     let &[r, c] = w.shape() else { return None };
@@ -56,7 +53,7 @@ fn packed_product(
         return None;
     }
     let packed = weights.derived(wd.as_ptr())?;
-    let b = packed.get_or_init(|| {
+    packed.get_or_init(|| {
         let wm = if w_transposed {
             MatRef::transposed(wd, k)
         } else {
@@ -64,8 +61,14 @@ fn packed_product(
         };
         PackedB::new(wm, k, n, isa)
     });
-    super::packed_gemm::matmul(x, m, b, start, y);
-    Some(())
+    Some(packed)
+}
+
+/// The weight [`packed_weight`] made.
+fn made(packed: &std::sync::OnceLock<PackedB>) -> &PackedB {
+    packed
+        .get()
+        .expect("packed_weight packs the weight it returns")
 }
 
 /// MatMul: f32 products with a constant right operand on the packed GEMM, the rest on
@@ -78,23 +81,22 @@ impl MatMulKernel {
     fn packed(&self, x: &ArrayD<f32>, w: &ArrayD<f32>) -> Option<Tensor> {
         let xs = x.shape();
         let (&k, lead) = xs.split_last()?;
-        if lead.is_empty() || w.ndim() != 2 || w.shape()[0] != k || !self.weights.is_stable() {
+        if lead.is_empty() || w.ndim() != 2 || w.shape()[0] != k {
             return None;
         }
         let m: usize = lead.iter().product();
         let n = w.shape()[1];
+        let packed = packed_weight(&self.weights, w, false, m)?;
         let xd = contiguous(x);
         // Every output is written (summed from zero).
         let mut y = crate::buffers::take(m * n);
-        packed_product(
-            &self.weights,
+        super::packed_gemm::matmul(
             MatRef::row_major(&xd, k),
             m,
-            w,
-            false,
+            made(&packed),
             Start::Zero,
             &mut y,
-        )?;
+        );
         let shape: Vec<usize> = lead.iter().copied().chain([n]).collect();
         array(&shape, y).ok().map(Tensor::F32)
     }
@@ -466,7 +468,7 @@ impl GemmKernel {
         })
     }
 
-    /// `A·B + C` on the packed GEMM (see [`packed_product`]) when `alpha` is 1 and
+    /// `A·B + C` on the packed GEMM (see [`packed_weight`]) when `alpha` is 1 and
     /// `beta` 1 (or 0, or no `C`): each output summed from its value of `C`.
     fn packed(
         &self,
@@ -477,9 +479,6 @@ impl GemmKernel {
         let (&[xr, xc], &[wr, wc]) = (x.shape(), w.shape()) else {
             return None;
         };
-        if !self.weights.is_stable() || crate::cpu::conv_isa().is_none() {
-            return None;
-        }
         let (m, k) = if self.trans_a { (xc, xr) } else { (xr, xc) };
         let n = if self.trans_b { wr } else { wc };
         let with_c = c.is_some() && self.beta != 0.0;
@@ -489,6 +488,7 @@ impl GemmKernel {
         {
             return None;
         }
+        let packed = packed_weight(&self.weights, w, self.trans_b, m)?;
         // Every output is written: from `C`, or summed from zero.
         let mut y = crate::buffers::take(m * n);
         let start = match c {
@@ -511,7 +511,7 @@ impl GemmKernel {
         } else {
             MatRef::row_major(&xd, k)
         };
-        packed_product(&self.weights, xm, m, w, self.trans_b, start, &mut y)?;
+        super::packed_gemm::matmul(xm, m, made(&packed), start, &mut y);
         Some(array(&[m, n], y).map(Tensor::F32))
     }
 

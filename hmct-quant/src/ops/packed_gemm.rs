@@ -293,17 +293,7 @@ pub(crate) unsafe fn gemm(
             let kc = kc_max.min(k - k0);
             let panels_at = match b {
                 BSource::Pack(b) => {
-                    for p in 0..panels {
-                        let cols = nr.min(nc - p * nr);
-                        b.pack(
-                            k0,
-                            kc,
-                            columns.start + j0 + p * nr,
-                            cols,
-                            nr,
-                            &mut block[p * kc * nr..][..kc * nr],
-                        );
-                    }
+                    b.pack_block(k0, kc, columns.start + j0, nc, nr, &mut block);
                     block.as_ptr()
                 }
                 BSource::Packed(b) => b.block(columns.start + j0, k0).as_ptr(),

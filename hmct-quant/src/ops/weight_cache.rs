@@ -26,11 +26,6 @@ impl<D: Default> WeightCache<D> {
         }
     }
 
-    /// Whether the input is stable (so [`WeightCache::derived`] keeps anything).
-    pub(crate) fn is_stable(&self) -> bool {
-        self.stable
-    }
-
     /// The derived data of the weight whose data starts at `data` (made empty on
     /// first use), or `None` when the input is not stable.
     pub(crate) fn derived<T>(&self, data: *const T) -> Option<Arc<D>> {
