@@ -26,8 +26,8 @@ use rayon::prelude::*;
 
 use crate::ops::broadcast::along_axis1_only;
 use crate::ops::elementwise::step::{
-    self, ArithOp, ElementStep, HardSwish, Operand, act_block, affine_block, arith_block,
-    clip_block, hard_swish_block, map_block, relu_block, silu_block,
+    self, ArithOp, ElementStep, Gelu, HardSwish, Operand, act_block, affine_block, arith_block,
+    clip_block, gelu_block, hard_swish_block, map_block, relu_block, silu_block,
 };
 use crate::ops::norm::batch_norm_f32_affine;
 use crate::plan::{Plan, Slot};
@@ -118,6 +118,12 @@ enum Step {
         src: usize,
         /// The Mul reads `x` first (else the Sigmoid's output first).
         x_first: bool,
+    },
+    /// The Div (or Mul), Erf, Add, Mul and Mul of an erf GELU as one step (see
+    /// [`fuse_gelu`]), in place of the last Mul; the other four become `Nop`.
+    Gelu {
+        src: usize,
+        g: Gelu,
     },
     /// A step whose work another step does; its register is never read.
     Nop,
@@ -226,6 +232,7 @@ impl Chain {
             Step::Affine { src, a, b } => affine_block(reg(*src), a[channel], b[channel], out),
             Step::HardSwish { src, h } => hard_swish_block(*h, reg(*src), out),
             Step::Silu { src, x_first } => silu_block(*x_first, reg(*src), out),
+            Step::Gelu { src, g } => gelu_block(*g, reg(*src), out),
             Step::Nop => {}
         }
     }
@@ -252,6 +259,7 @@ impl Chain {
             }
             Step::HardSwish { src: 0, h } => map_block(block, |x| step::hard_swish_one(*h, x)),
             Step::Silu { src: 0, x_first } => map_block(block, |x| step::silu_one(*x_first, x)),
+            Step::Gelu { src: 0, g } => map_block(block, |x| step::gelu_one(*g, x)),
             // What `act_block` runs on its copy of the input.
             Step::Act { src: 0, act } => step::map_in_place(*act, block),
             _ => unreachable!("InPlace::Direct is set for these steps only"),
@@ -285,7 +293,8 @@ impl InPlace {
             Step::Clip { src: 0, .. }
             | Step::Affine { src: 0, .. }
             | Step::HardSwish { src: 0, .. }
-            | Step::Silu { src: 0, .. } => true,
+            | Step::Silu { src: 0, .. }
+            | Step::Gelu { src: 0, .. } => true,
             Step::Act { src: 0, act } => step::f32_slice_kernel(*act).is_none(),
             _ => false,
         };
@@ -474,7 +483,8 @@ fn reads(step: &Step) -> Vec<usize> {
         | Step::Act { src, .. }
         | Step::Affine { src, .. }
         | Step::HardSwish { src, .. }
-        | Step::Silu { src, .. } => vec![*src],
+        | Step::Silu { src, .. }
+        | Step::Gelu { src, .. } => vec![*src],
         Step::Nop => Vec::new(),
     }
 }
@@ -587,6 +597,97 @@ fn fuse_silu(steps: &mut [Step]) {
         };
         steps[k + 1] = Step::Silu { src: x, x_first };
         steps[k] = Step::Nop;
+    }
+}
+
+/// Turns each run of steps `Div(x, d)` (or `Mul` of `x` and `d`), `Erf(·)`, `Add` of
+/// that and a constant, `Mul` of `x` and that, `Mul` of that and a constant (operands
+/// of Add and Muls in either order, scalar constants, intermediate values read by the
+/// next of the five only) into one GELU step: how exporters write the erf GELU
+/// (ViT, BERT, Swin, ConvNeXt), which ran as five loops over each block.
+fn fuse_gelu(steps: &mut [Step], consts: &[Constant]) {
+    let scalar = |a: &Arg| match a {
+        Arg::Const(c) if !consts[*c].per_channel() => Some(consts[*c].values[0]),
+        _ => None,
+    };
+    // A binary step of `op` on register `r` and a scalar constant: the constant, and
+    // whether the register comes first.
+    let with_constant = |step: &Step, op: ArithOp, r: usize| match step {
+        Step::Arith {
+            op: o,
+            a: Arg::Reg(a),
+            b,
+        } if *o == op && *a == r => scalar(b).map(|v| (v, true)),
+        Step::Arith {
+            op: o,
+            a,
+            b: Arg::Reg(b),
+        } if *o == op && *b == r => scalar(a).map(|v| (v, false)),
+        _ => None,
+    };
+    let readers = readers_of(steps);
+    for k in 0..steps.len().saturating_sub(4) {
+        // Registers of the outputs of the scaling, the Erf, the Add and the first Mul.
+        let (scaled, erf, add, mul) = (k + 1, k + 2, k + 3, k + 4);
+        if [scaled, erf, add, mul].iter().any(|&r| readers[r] != 1) {
+            continue;
+        }
+        let (x, divide) = match &steps[k] {
+            Step::Arith {
+                op: ArithOp::Div,
+                a: Arg::Reg(x),
+                ..
+            } => (*x, true),
+            Step::Arith {
+                op: ArithOp::Mul,
+                a: Arg::Reg(x),
+                b: Arg::Const(_),
+            }
+            | Step::Arith {
+                op: ArithOp::Mul,
+                a: Arg::Const(_),
+                b: Arg::Reg(x),
+            } => (*x, false),
+            _ => continue,
+        };
+        let op = if divide { ArithOp::Div } else { ArithOp::Mul };
+        let Some((scale, x_first_in_scale)) = with_constant(&steps[k], op, x) else {
+            continue;
+        };
+        if divide && !x_first_in_scale {
+            continue;
+        }
+        if !matches!(
+            &steps[k + 1],
+            Step::Act { act: step::Act::Erf, src } if *src == scaled
+        ) {
+            continue;
+        }
+        let Some((one, erf_first_in_add)) = with_constant(&steps[k + 2], ArithOp::Add, erf) else {
+            continue;
+        };
+        let Some(x_first_in_mul) = mul_of(&steps[k + 3], x, add) else {
+            continue;
+        };
+        let Some((half, product_first)) = with_constant(&steps[k + 4], ArithOp::Mul, mul) else {
+            continue;
+        };
+        steps[k + 4] = Step::Gelu {
+            src: x,
+            g: Gelu {
+                divide,
+                scale,
+                x_first_in_scale,
+                one,
+                erf_first_in_add,
+                x_first_in_mul,
+                half,
+                product_first,
+            },
+        };
+        for s in &mut steps[k..k + 4] {
+            *s = Step::Nop;
+        }
     }
 }
 
@@ -785,6 +886,7 @@ fn find_chains(plan: &Plan, readers: &[Vec<usize>]) -> Vec<Chain> {
         consts.truncate(n_consts);
         fuse_hard_swish(&mut steps, &consts);
         fuse_silu(&mut steps);
+        fuse_gelu(&mut steps, &consts);
         let last = members[len - 1];
         let input_readers_within = readers[input]
             .iter()

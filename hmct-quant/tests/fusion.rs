@@ -29,7 +29,9 @@ fn constant(name: &str, shape: &[usize], values: Vec<f32>) -> hmct_proto::onnx::
 /// - `ye`: a hard-swish with the operands of its Add and Mul the other way round;
 /// - `yf`: a SiLU (Sigmoid, and a Mul by the chain's input), Exp, a per-channel Mul;
 /// - `yg`: a Mul by a constant along axis 2, which the chain cannot take, and an Add;
-/// - `yh`: a SiLU with the Mul's operands the other way round, and an Add.
+/// - `yh`: a SiLU with the Mul's operands the other way round, and an Add;
+/// - `yi`: a GELU scaled by a Mul, with the operands of its Mul, Add and Muls the
+///   other way round.
 fn session(shape: &[usize], threads: usize) -> Session {
     let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
     let w = *shape.last().unwrap();
@@ -52,6 +54,7 @@ fn session(shape: &[usize], threads: usize) -> Session {
         constant("one", &[], vec![1.0]),
         constant("sqrt2", &[], vec![std::f32::consts::SQRT_2]),
         constant("half", &[], vec![0.5]),
+        constant("inv_sqrt2", &[1], vec![std::f32::consts::FRAC_1_SQRT_2]),
     ];
     let nodes = vec![
         node(
@@ -95,8 +98,13 @@ fn session(shape: &[usize], threads: usize) -> Session {
         node("s_add", "Add", &["s2", "three"], &["yh"]),
         node("h_mul", "Mul", &["x", "along_h"], &["g1"]),
         node("h_add", "Add", &["g1", "one"], &["yg"]),
+        node("i_scale", "Mul", &["inv_sqrt2", "x"], &["i1"]),
+        node("i_erf", "Erf", &["i1"], &["i2"]),
+        node("i_add", "Add", &["one", "i2"], &["i3"]),
+        node("i_mul", "Mul", &["i3", "x"], &["i4"]),
+        node("i_half", "Mul", &["half", "i4"], &["yi"]),
     ];
-    let outputs = ["ya", "yb", "yc", "yd", "d2", "ye", "yf", "yg", "yh"]
+    let outputs = ["ya", "yb", "yc", "yd", "d2", "ye", "yf", "yg", "yh", "yi"]
         .map(named_value)
         .to_vec();
     let proto = model(vec![float_value("x", &dims)], nodes, inits, outputs);
@@ -187,6 +195,7 @@ fn fused_chains_match_node_by_node_bit_for_bit() {
             assert_eq!(chain_len("scale_mul"), Some(9));
             assert_eq!(chain_len("mul_w"), None);
             assert_eq!(chain_len("g_div"), Some(5));
+            assert_eq!(chain_len("i_scale"), Some(5));
             // d2 is a graph output, so the chain ends with the node writing it.
             assert_eq!(chain_len("d_add"), Some(2));
             assert_eq!(chain_len("e_add"), Some(4));
@@ -198,6 +207,7 @@ fn fused_chains_match_node_by_node_bit_for_bit() {
             assert_eq!(fused_calls(&s, "bn"), 1);
             assert_eq!(fused_calls(&s, "scale_mul"), 1);
             assert_eq!(fused_calls(&s, "g_div"), 1);
+            assert_eq!(fused_calls(&s, "i_scale"), 1);
             // Its constant runs along axis 2: the nodes run one by one.
             assert_eq!(chain_len("h_mul"), Some(2));
             assert_eq!(fused_calls(&s, "h_mul"), 0);

@@ -183,6 +183,62 @@ pub(crate) fn silu_one(x_first: bool, x: f32) -> f32 {
     }
 }
 
+/// How the five nodes of an exported erf GELU, `Mul(Mul(x, Add(Erf(Div(x, d)), one)),
+/// half)`, take their operands: [`gelu_one`] does each node's operation with the
+/// operands in the node's order.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Gelu {
+    /// The first node divides `x` by `scale` (else multiplies it by `scale`).
+    pub divide: bool,
+    pub scale: f32,
+    /// The first node reads `x` first (a Div always does).
+    pub x_first_in_scale: bool,
+    pub one: f32,
+    /// The Add reads the Erf's output first (else the constant first).
+    pub erf_first_in_add: bool,
+    /// The first Mul reads `x` first (else the Add's output first).
+    pub x_first_in_mul: bool,
+    pub half: f32,
+    /// The last Mul reads the first Mul's output first (else the constant first).
+    pub product_first: bool,
+}
+
+/// The five nodes of a GELU in one loop: per element the same Div (or Mul), Erf (the
+/// Erf kernel's function), Add, Mul and Mul on the same operands in the same order as
+/// the five steps they replace, so the same bits, without storing and reloading four
+/// blocks in between.
+#[inline(always)]
+pub(crate) fn gelu_block(g: Gelu, src: &[f32], out: &mut [f32]) {
+    for (o, &x) in out.iter_mut().zip(src) {
+        *o = gelu_one(g, x);
+    }
+}
+
+#[inline(always)]
+pub(crate) fn gelu_one(g: Gelu, x: f32) -> f32 {
+    let t = match (g.divide, g.x_first_in_scale) {
+        (true, _) => Num::div(x, g.scale),
+        (false, true) => Num::mul(x, g.scale),
+        (false, false) => Num::mul(g.scale, x),
+    };
+    let e = crate::ops::fastmath::erf_f32(t);
+    let a = if g.erf_first_in_add {
+        Num::add(e, g.one)
+    } else {
+        Num::add(g.one, e)
+    };
+    let m = if g.x_first_in_mul {
+        Num::mul(x, a)
+    } else {
+        Num::mul(a, x)
+    };
+    if g.product_first {
+        Num::mul(m, g.half)
+    } else {
+        Num::mul(g.half, m)
+    }
+}
+
 /// `block[i] = f(block[i])`: a step whose only operand is the block it overwrites
 /// (the `_block` forms read a separate source), with the same per-element function.
 #[inline(always)]
