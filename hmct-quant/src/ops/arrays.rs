@@ -96,7 +96,11 @@ pub(crate) fn permute_data<T: Clone + Default + 'static>(
     }
     let n: usize = dims.iter().product();
     if n == 0 || dims.len() <= 1 {
-        return src.to_vec();
+        // The order does not change (ViT's `[197, 1, 384]` to `[1, 197, 384]`): a copy,
+        // into a recycled buffer as below.
+        let mut out = crate::buffers::take::<T>(src.len());
+        out.clone_from_slice(src);
+        return out;
     }
     let k = dims.len();
     // Every element is written below. f32 results come from the pool: a fresh

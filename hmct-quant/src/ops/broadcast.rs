@@ -375,6 +375,7 @@ where
     C: Clone,
     X: Clone,
     Y: Clone,
+    O: Clone + Default + 'static,
     F: Fn(&C, &X, &Y) -> O,
 {
     let shape = broadcast_shapes(&broadcast_shapes(c.shape(), x.shape())?, y.shape())?;
@@ -385,10 +386,14 @@ where
     let (cs, xs, ys) = (contiguous(c), contiguous(x), contiguous(y));
     let walk = Walk::new([c.shape(), x.shape(), y.shape()], &shape);
     let (inner, [ic, ix, iy]) = walk.inner();
-    let mut data = Vec::with_capacity(n);
-    for row in 0..n / inner {
+    // Every element is written below. f32 results come from the pool: Swin-T's
+    // Wheres faulted in fresh pages on every run.
+    let mut data = crate::buffers::take::<O>(n);
+    for (row, out) in data.chunks_exact_mut(inner).enumerate() {
         let [oc, ox, oy] = walk.offsets(row);
-        data.extend((0..inner).map(|j| f(&cs[oc + j * ic], &xs[ox + j * ix], &ys[oy + j * iy])));
+        for (j, o) in out.iter_mut().enumerate() {
+            *o = f(&cs[oc + j * ic], &xs[ox + j * ix], &ys[oy + j * iy]);
+        }
     }
     array(&shape, data)
 }

@@ -225,7 +225,9 @@ pub(crate) fn matmul_nd<T: Scalar>(
         out_shape.push(n);
     }
     let nb: usize = batch.iter().product();
-    let mut y = vec![T::zero(); nb * m * n];
+    // From the pool, zeroed: a fresh zeroed vector of BERT-base's attention scores
+    // (768 KiB) is fresh pages, faulted in on every run.
+    let mut y = crate::buffers::take_filled(nb * m * n, T::zero());
     if y.is_empty() {
         return Ok((y, out_shape));
     }

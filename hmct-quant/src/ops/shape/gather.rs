@@ -49,7 +49,7 @@ fn for_each_pos(
     Ok(())
 }
 
-fn gather<T: Clone>(
+fn gather<T: Clone + Default + 'static>(
     a: &ArrayD<T>,
     axis: usize,
     ind: &[i64],
@@ -62,10 +62,16 @@ fn gather<T: Clone>(
         .map(|&i| norm_index(i, len))
         .collect::<Result<_, _>>()?;
     let src = contiguous(a);
-    let mut out = Vec::with_capacity(outer * rows.len() * inner);
-    for o in 0..outer {
-        for &r in &rows {
-            out.extend_from_slice(&src[(o * len + r) * inner..(o * len + r + 1) * inner]);
+    // Every element is written below. f32 results come from the pool: ViT's Gathers
+    // of the query, key and value (300 KB each) faulted in fresh pages on every run.
+    let mut out = crate::buffers::take::<T>(outer * rows.len() * inner);
+    if inner > 0 {
+        let mut dst = out.chunks_exact_mut(inner);
+        for o in 0..outer {
+            for &r in &rows {
+                let d = dst.next().expect("one chunk per gathered row");
+                d.clone_from_slice(&src[(o * len + r) * inner..(o * len + r + 1) * inner]);
+            }
         }
     }
     let out_shape: Vec<usize> = shape[..axis]

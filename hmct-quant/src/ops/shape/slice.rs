@@ -10,7 +10,7 @@ use crate::ops::{Kernel, NodeSpec, OpError, input, input_i64s, normalize_axis, o
 
 /// Output element at multi-index `i` is input element `idx[0][i0], idx[1][i1], ...`,
 /// or `fill` where an index is `None` (padding).
-pub(crate) fn take<T: Clone>(
+pub(crate) fn take<T: Clone + Default + 'static>(
     a: &ArrayD<T>,
     idx: &[Vec<Option<usize>>],
     fill: &T,
@@ -25,10 +25,13 @@ pub(crate) fn take<T: Clone>(
     }
     let src = contiguous(a);
     let n: usize = out_shape.iter().product();
-    let mut out: Vec<T> = Vec::with_capacity(n);
     if n == 0 {
-        return array(&out_shape, out);
+        return array(&out_shape, Vec::new());
     }
+    // Every element is written below, in order from `filled`. f32 results come from
+    // the pool: Swin-T's Pads faulted in fresh pages on every run.
+    let mut out = crate::buffers::take::<T>(n);
+    let mut filled = 0;
     let mut strides = vec![1usize; rank];
     for k in (0..rank - 1).rev() {
         strides[k] = strides[k + 1] * a.shape()[k + 1];
@@ -39,7 +42,8 @@ pub(crate) fn take<T: Clone>(
         .collect::<Option<Vec<_>>>()
     {
         for_blocks(a.shape(), &starts, &out_shape, |at, len| {
-            out.extend_from_slice(&src[at..at + len])
+            out[filled..filled + len].clone_from_slice(&src[at..at + len]);
+            filled += len;
         });
         return array(&out_shape, out);
     }
@@ -60,13 +64,19 @@ pub(crate) fn take<T: Clone>(
                 _ => None,
             };
         }
+        let row = &mut out[filled..filled + last.len()];
+        filled += last.len();
         match (base, run) {
-            (None, _) => out.extend(std::iter::repeat_n(fill.clone(), last.len())),
-            (Some(b), Some((s, len))) => out.extend_from_slice(&src[b + s..b + s + len]),
-            (Some(b), None) => out.extend(last.iter().map(|j| match j {
-                Some(j) => src[b + j].clone(),
-                None => fill.clone(),
-            })),
+            (None, _) => row.fill(fill.clone()),
+            (Some(b), Some((s, len))) => row.clone_from_slice(&src[b + s..b + s + len]),
+            (Some(b), None) => {
+                for (o, j) in row.iter_mut().zip(last) {
+                    *o = match j {
+                        Some(j) => src[b + j].clone(),
+                        None => fill.clone(),
+                    };
+                }
+            }
         }
         let mut k = rank - 1;
         loop {
