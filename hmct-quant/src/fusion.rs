@@ -651,12 +651,10 @@ fn fuse_gelu(steps: &mut [Step], consts: &[Constant]) {
             _ => continue,
         };
         let op = if divide { ArithOp::Div } else { ArithOp::Mul };
+        // (A Div reads `x` first, by the match above.)
         let Some((scale, x_first_in_scale)) = with_constant(&steps[k], op, x) else {
             continue;
         };
-        if divide && !x_first_in_scale {
-            continue;
-        }
         if !matches!(
             &steps[k + 1],
             Step::Act { act: step::Act::Erf, src } if *src == scaled
