@@ -5,11 +5,12 @@
 //! The other conv kernels put positions in the lanes: a 7x7 plane's 49 positions fill
 //! 64 lanes (a 32-wide tile and a 17-wide tail), and ResNet-50's 2048->512 at 7x7 ran
 //! at two thirds of the FMA peak; the packed GEMM also copies its input into panels.
-//! Here a register tile is 12 positions × 32 output channels: per weight row (input
+//! Here a register tile is up to 12 outputs of one row × 32 output channels (a row
+//! split into tiles of as equal sizes as can be): per weight row (input
 //! channel and tap), two vectors of transposed weights (packed once per weight) and
 //! twelve inputs broadcast from where they lie, 24 multiply-adds. A last block of 16
-//! channels or fewer (output channel counts such as 80, 112 or 240) takes tiles of 24
-//! positions × 16 channels instead, rather than multiply-adds half of whose lanes are
+//! channels or fewer (output channel counts such as 80, 112 or 240) takes tiles of up
+//! to 24 outputs × 16 channels instead, rather than multiply-adds half of whose lanes are
 //! padding. Each finished tile is transposed back and stored as runs of positions per
 //! channel.
 //!
