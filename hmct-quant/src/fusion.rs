@@ -911,3 +911,73 @@ fn find_chains(plan: &Plan, readers: &[Vec<usize>]) -> Vec<Chain> {
     }
     chains
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scalar(v: f32) -> Constant {
+        Constant {
+            values: vec![v],
+            shape: Vec::new(),
+        }
+    }
+
+    /// The five steps of an exported GELU on register 0 (constants 0: the scale, 1:
+    /// one, 2: a half), the scaling a Div, or a Mul with the constant first.
+    fn gelu_steps(divide: bool) -> Vec<Step> {
+        let arith = |op, a, b| Step::Arith { op, a, b };
+        let first = match divide {
+            true => arith(ArithOp::Div, Arg::Reg(0), Arg::Const(0)),
+            false => arith(ArithOp::Mul, Arg::Const(0), Arg::Reg(0)),
+        };
+        vec![
+            first,
+            Step::Act {
+                act: step::Act::Erf,
+                src: 1,
+            },
+            arith(ArithOp::Add, Arg::Const(1), Arg::Reg(2)),
+            arith(ArithOp::Mul, Arg::Reg(3), Arg::Reg(0)),
+            arith(ArithOp::Mul, Arg::Reg(4), Arg::Const(2)),
+        ]
+    }
+
+    /// The integration test's outputs are the same bits fused or not; this says the
+    /// five steps do become one.
+    #[test]
+    fn the_five_steps_of_a_gelu_become_one() {
+        let consts = [scalar(std::f32::consts::SQRT_2), scalar(1.0), scalar(0.5)];
+        for divide in [true, false] {
+            let mut steps = gelu_steps(divide);
+            fuse_gelu(&mut steps, &consts);
+            assert!(
+                steps[..4].iter().all(|s| matches!(s, Step::Nop)),
+                "{steps:?}"
+            );
+            let Step::Gelu { src: 0, g } = steps[4] else {
+                panic!("not fused: {steps:?}");
+            };
+            assert_eq!(
+                (
+                    g.divide,
+                    g.x_first_in_scale,
+                    g.erf_first_in_add,
+                    g.x_first_in_mul
+                ),
+                (divide, divide, false, false)
+            );
+            assert_eq!((g.one, g.half, g.product_first), (1.0, 0.5, true));
+            assert_eq!(InPlace::of(&steps), InPlace::Direct);
+        }
+        // The Erf's output read twice (by the Add and by an extra step): left alone.
+        let mut steps = gelu_steps(true);
+        steps.push(Step::Relu { src: 2 });
+        fuse_gelu(&mut steps, &consts);
+        assert!(
+            steps
+                .iter()
+                .all(|s| !matches!(s, Step::Nop | Step::Gelu { .. }))
+        );
+    }
+}

@@ -155,7 +155,7 @@ struct Lines {
 /// positions).
 ///
 /// A pointwise conv reads its input as is. Others read a zero-padded copy (see
-/// [`padded_copy`]), with positions over the padded (phase) width: output `(h, w)` is
+/// [`padded_copy`]; none when it would equal the input), with positions over the padded (phase) width: output `(h, w)` is
 /// position `h·width + w`, and each tap reads it at a fixed offset from there. With
 /// AVX-512 a tile is outputs of one row, with AVX2 consecutive outputs (see
 /// `avx2::Tile`).
@@ -190,32 +190,14 @@ pub(crate) fn conv(
             kept: plane,
         };
         (x, lines)
-    } else if g.stride == [1; 3] && g.pad == [0; 3] {
-        // Unpadded, stride 1 (DeepLab's bands of taps that read data): the tiles, which
-        // never span rows, read the input where it lies, output `(h, w)` at position
-        // `h·iw + w`. (A padded copy of it was a copy and a zero fill: `perf record` of
-        // `kernel_table deeplab_3x3d12_960to256_33` put 5% of its time there.)
-        let [_, ih, iw] = g.input;
-        let [_, kh, kw] = g.kernel;
-        let [_, dh, dw] = g.dil;
-        let in_plane = ih * iw;
-        let lines = Lines {
-            rows: (0..cg)
-                .flat_map(|ci| {
-                    (0..kh).flat_map(move |a| {
-                        (0..kw).map(move |b| ci * in_plane + a * dh * iw + b * dw)
-                    })
-                })
-                .collect(),
-            in_len: cg * in_plane,
-            width: iw,
-            kept: g.out[2],
-        };
-        (x, lines)
     } else {
-        let (lines, copy) = padded_copy(x, n * c, cg, g);
-        padded = copy;
-        (&padded[..], lines)
+        match padded_copy(x, n * c, cg, g) {
+            (lines, Some(copy)) => {
+                padded = copy;
+                (&padded[..], lines)
+            }
+            (lines, None) => (x, lines),
+        }
     };
     let chunks = plane.div_ceil(TASK_POSITIONS);
     let tasks = n * group * blocks * chunks;
@@ -272,12 +254,12 @@ pub(crate) fn conv(
         // vector per position: its tiles take twice the outputs, so that every
         // multiply-add still does 16 useful lanes.
         let per_tile = if chans <= 16 { 2 * PR } else { PR };
-        // (With AVX2 the tiles ran above.)
-        let mut next = match isa {
-            Isa::Avx512 => positions.start,
-            Isa::Avx2Fma => positions.end,
+        let avx512_outputs = match isa {
+            Isa::Avx512 => positions.clone(),
+            Isa::Avx2Fma => 0..0,
         };
-        while next < positions.end {
+        let mut next = avx512_outputs.start;
+        while next < avx512_outputs.end {
             // Outputs `next ..` of one row: the row's outputs in the task split into
             // tiles of as equal sizes as can be. (Tiles of consecutive positions over
             // the padded width summed the columns between rows too and dropped them:
@@ -345,7 +327,12 @@ pub(crate) fn conv(
 /// channels per group. With stride 2 each plane is split into four phase planes
 /// (padded row `r`, column `p` to plane `(r % 2, p % 2)`, row `r / 2`, column `p / 2`),
 /// where consecutive outputs read consecutive values.
-fn padded_copy(x: &[f32], planes: usize, cg: usize, g: &Win3) -> (Lines, Vec<f32>) {
+///
+/// No copy (`None`: the tiles, which never span rows, read `x` where it lies) when it
+/// would equal `x`: stride 1, and the outputs read the whole input and nothing else
+/// (DeepLab's bands of taps that read data; their copy and its zero fill were 5% of
+/// `kernel_table deeplab_3x3d12_960to256_33` in `perf record`).
+fn padded_copy(x: &[f32], planes: usize, cg: usize, g: &Win3) -> (Lines, Option<Vec<f32>>) {
     let [_, ih, iw] = g.input;
     let [_, oh, ow] = g.out;
     let [_, kh, kw] = g.kernel;
@@ -359,7 +346,11 @@ fn padded_copy(x: &[f32], planes: usize, cg: usize, g: &Win3) -> (Lines, Vec<f32
     let (rows, width) = (eh.div_ceil(s), ew.div_ceil(s));
     let phase = rows * width;
     let in_plane = s * s * phase;
-    let mut copy = crate::buffers::take_filled(planes * in_plane, 0.0f32);
+    let as_is = s == 1 && (ph, pw) == (0, 0) && (eh, ew) == (ih, iw);
+    let mut copy = match as_is {
+        true => Vec::new(),
+        false => crate::buffers::take_filled(planes * in_plane, 0.0f32),
+    };
     let (rows_in, cols_in) = (ih.min(eh.saturating_sub(ph)), iw.min(ew.saturating_sub(pw)));
     for (src, dst) in x.chunks_exact(ih * iw).zip(copy.chunks_exact_mut(in_plane)) {
         for h in 0..rows_in {
@@ -386,7 +377,7 @@ fn padded_copy(x: &[f32], planes: usize, cg: usize, g: &Win3) -> (Lines, Vec<f32
         width,
         kept: ow,
     };
-    (lines, copy)
+    (lines, (!as_is).then_some(copy))
 }
 
 /// The 8x8 transpose of vectors, which the depthwise kernel uses too.
@@ -807,6 +798,8 @@ mod tests {
             (1, 24, 33, 1, win(7, 7, [3, 3], 1, 1, [0; 4])),
             // Unpadded and dilated, read in place: rows of 13 for outputs of 9.
             (1, 20, 40, 1, win(14, 13, [3, 3], 1, 2, [0; 4])),
+            // Padded at the end only: a copy after all.
+            (2, 20, 32, 1, win(8, 9, [3, 3], 1, 1, [0, 0, 2, 1])),
             (1, 8, 64, 1, win(1, 40, [1, 3], 1, 1, [0, 1, 0, 1])),
             (1, 20, 36, 1, win(30, 30, [3, 3], 1, 1, [1; 4])),
             // Stride 2: even and odd sizes and pads, dilation, a 2x2 kernel.
