@@ -1009,8 +1009,9 @@ impl<T> Default for DwScratch<T> {
 /// One depthwise output plane: every output is `start` (the bias, or zero) plus its
 /// taps.
 ///
-/// f32 planes of stride 1 at least 16 outputs wide go to [`super::dw_rows`] where the
-/// CPU has AVX-512 (same sums, several output rows per load, no padded copy).
+/// f32 planes of stride 1 or 2 at least 16 outputs wide go to [`super::dw_rows`]
+/// where the CPU has AVX-512 (same sums, several output rows per load, no padded
+/// copy).
 ///
 /// The input plane is first copied into a buffer with its zero padding, so every tap
 /// of every output reads inside the buffer. Each block of outputs of a row then sums
@@ -1039,7 +1040,8 @@ fn dw_plane<T: Scalar>(
     #[cfg(target_arch = "x86_64")]
     if g.out[0] == 1
         && g.kernel[0] == 1
-        && g.stride == [1, 1, 1]
+        && g.stride[0] == 1
+        && g.stride[1] == g.stride[2]
         && g.pad.iter().all(|&p| p >= 0)
         && let (Some(x), Some(w), Some(y), Some(&b)) = (
             f32_slice(xc),
@@ -1047,7 +1049,7 @@ fn dw_plane<T: Scalar>(
             f32_slice_mut(out),
             f32_slice(std::slice::from_ref(&start)).and_then(|s| s.first()),
         )
-        && super::dw_rows::fits(g.out[2], w.len(), g.kernel[2])
+        && super::dw_rows::fits(g.out[2], w.len(), g.kernel[2], g.dil[2], g.stride[2])
     {
         if scratch.zeros.len() < g.input[2] {
             scratch.zeros.resize(g.input[2], T::zero());
@@ -1067,7 +1069,7 @@ fn dw_plane<T: Scalar>(
             dh: g.dil[1],
             dw: g.dil[2],
         };
-        super::dw_rows::plane(&input, &taps, b, y, g.out[2]);
+        super::dw_rows::plane(&input, &taps, g.stride[2], b, y, g.out[2]);
         return;
     }
     let DwScratch {
@@ -1264,18 +1266,6 @@ fn dw_plane_stride2<T: Scalar>(
                 taps.push((T::zero(), off));
             }
         }
-    }
-    #[cfg(target_arch = "x86_64")]
-    if let (Some(b), Some(w), Some(y), Some(&s)) = (
-        f32_slice(buf),
-        f32_slice(wk),
-        f32_slice_mut(out),
-        f32_slice(std::slice::from_ref(&start)).and_then(|s| s.first()),
-    ) && super::dw_rows::fits(ow, w.len(), kw)
-    {
-        let taps = super::dw_rows::Taps { w, kh, kw, dh, dw };
-        super::dw_rows::phases(b, rows, width, &taps, s, y, ow);
-        return;
     }
     for (tap, &wv) in taps.iter_mut().zip(wk) {
         tap.0 = wv;

@@ -63,7 +63,7 @@ pub(crate) fn fits(g: &Win3) -> bool {
         return structural;
     }
     #[cfg(target_arch = "x86_64")]
-    let rows_fit = super::dw_rows::fits(g.out[2], g.k_vol(), g.kernel[2]);
+    let rows_fit = super::dw_rows::fits(g.out[2], g.k_vol(), g.kernel[2], g.dil[2], g.stride[2]);
     #[cfg(not(target_arch = "x86_64"))]
     let rows_fit = false;
     structural
