@@ -92,6 +92,16 @@ pub const CONV_SHAPES: &[ConvShape] = &[
     conv("mbv3_1x1_672to112_14", 672, 112, 1, 1, 1, 0, 14),
     conv("mbv3_1x1_160to960_7", 160, 960, 1, 1, 1, 0, 7),
     conv("mbv3_3x3s2_stem_3to16_224", 3, 16, 1, 3, 2, 1, 224),
+    // MobileNetV2's expansions and projections on 28x28, 14x14 and 7x7 maps (few
+    // input or output channels).
+    conv("mbv2_1x1_32to192_28", 32, 192, 1, 1, 1, 0, 28),
+    conv("mbv2_1x1_192to32_28", 192, 32, 1, 1, 1, 0, 28),
+    conv("mbv2_1x1_64to384_14", 64, 384, 1, 1, 1, 0, 14),
+    conv("mbv2_1x1_384to64_14", 384, 64, 1, 1, 1, 0, 14),
+    conv("mbv2_1x1_96to576_14", 96, 576, 1, 1, 1, 0, 14),
+    conv("mbv2_1x1_576to96_14", 576, 96, 1, 1, 1, 0, 14),
+    conv("mbv2_1x1_960to160_7", 960, 160, 1, 1, 1, 0, 7),
+    conv("mbv2_1x1_320to1280_7", 320, 1280, 1, 1, 1, 0, 7),
     // Its squeeze-excitation convs: 1x1 on one position, matrix-vector products.
     conv("mbv3_se_960to240_1", 960, 240, 1, 1, 1, 0, 1),
     conv("mbv3_se_240to960_1", 240, 960, 1, 1, 1, 0, 1),

@@ -45,7 +45,8 @@ const TASK_POSITIONS: usize = 32 * PR;
 
 /// Whether [`conv`] runs this conv here: a pointwise conv (1x1, stride 1, no pads)
 /// with 16 or more input channels; with AVX-512, 32 or more output channels per group
-/// on a plane of fewer than 1024 positions or with 128 or more input channels; with
+/// on a plane of fewer than 1024 positions with 64 or more input channels, or with 128
+/// or more input channels; with
 /// AVX2 only, 16 or more output channels on a plane of at most [`AVX2_SMALL_PLANE`]
 /// positions, or fewer than 2048 with 128 or more input channels.
 ///
@@ -62,18 +63,35 @@ const TASK_POSITIONS: usize = 32 * PR;
 /// 2048->512 at 7x7 65 -> 95, 1024->256 at 14x14 72 -> 99, 512->128 at 28x28 82 -> 97,
 /// 256->512 stride 2 (gathered to 28x28) 77 -> 88, 256->64 at 56x56 85 -> 95; but
 /// 64->256 at 56x56 89 -> 85 (with few input channels, a tile's transposes and stores
-/// weigh more than its sums).
+/// weigh more than its sums). The same holds on small planes with fewer than 64 input
+/// channels (Zen 4, `tools/ab_kernels.py` of builds with and without this kernel,
+/// packed GEMM / here, median of 3 rounds): MobileNetV2's 32->192 at 28x28 0.80,
+/// MobileNetV3's 40->240 at 28x28 0.85; with 64 (64->384 at 14x14) 1.02 and more
+/// this kernel wins: 96->576 at 14x14 1.09, 192->32 at 28x28 1.15, 576->96 1.28,
+/// 960->160 at 7x7 1.32, ResNet-50's 1024->256 at 14x14 1.35.
 pub(crate) fn fits(g: &Win3, mg: usize, cg: usize) -> bool {
-    let pointwise = g.k_vol() == 1 && g.stride == [1; 3] && g.pad == [0; 3] && g.out == g.input;
-    let on_isa = match crate::cpu::conv_isa() {
-        Some(Isa::Avx512) => mg >= CR && (g.out_vol() < 1024 || cg >= 128),
+    let faster_here = match crate::cpu::conv_isa() {
+        Some(Isa::Avx512) => g.out_vol() < 1024 && cg >= 64 || cg >= 128,
         Some(Isa::Avx2Fma) => {
             let plane = g.out_vol();
-            mg >= CR_AVX2 && (plane <= AVX2_SMALL_PLANE || plane < 2048 && cg >= 128)
+            plane <= AVX2_SMALL_PLANE || plane < 2048 && cg >= 128
         }
         None => false,
     };
-    pointwise && cg >= 16 && on_isa
+    runs_pointwise(g, mg, cg) && faster_here
+}
+
+/// Whether [`conv`] can run this pointwise conv (whether it is faster here is
+/// [`fits`]'s question): 1x1, stride 1, no pads, 16 or more input channels, and a
+/// block's output channels per group (32 with AVX-512, 16 with AVX2).
+fn runs_pointwise(g: &Win3, mg: usize, cg: usize) -> bool {
+    let pointwise = g.k_vol() == 1 && g.stride == [1; 3] && g.pad == [0; 3] && g.out == g.input;
+    let block = match crate::cpu::conv_isa() {
+        Some(Isa::Avx512) => CR,
+        Some(Isa::Avx2Fma) => CR_AVX2,
+        None => return false,
+    };
+    pointwise && cg >= 16 && mg >= block
 }
 
 /// Whether [`conv`] runs this conv here: a 2-D conv of stride 1 or 2 with a kernel
@@ -173,7 +191,7 @@ pub(crate) fn conv(
     tail: Option<&crate::fusion::Tail>,
 ) {
     let (cg, mg) = (c / group, m / group);
-    let pointwise = fits(g, mg, cg);
+    let pointwise = runs_pointwise(g, mg, cg);
     assert!(pointwise || fits_spatial(g, mg, cg));
     let isa = crate::cpu::conv_isa().expect("`fits` checked the instruction set");
     let (plane, k_vol) = (g.out_vol(), g.k_vol());
@@ -844,7 +862,7 @@ mod tests {
             let (cg, mg) = (c / group, m / group);
             // With AVX2 only, all but spatial ones of 16 or fewer input channels per
             // group.
-            let here = fits(&g, mg, cg) || fits_spatial(&g, mg, cg);
+            let here = runs_pointwise(&g, mg, cg) || fits_spatial(&g, mg, cg);
             let spatial_ok = g.k_vol() == 1 || cg > 16;
             let expected = isa == Isa::Avx512 || spatial_ok;
             assert_eq!(here, expected, "case {i}");
