@@ -777,6 +777,13 @@ impl Tail<'_> {
         });
     }
 
+    /// Whether the chain has per-channel operands, so that [`Tail::apply`] takes one
+    /// channel plane at a time; without, any run of outputs (several planes in one
+    /// call: on 7x7 and 14x14 planes, a call per plane cost more than its work).
+    pub fn per_channel(&self) -> bool {
+        self.walk.channels > 0
+    }
+
     /// Runs the chain in place on all of `y`, the whole output.
     pub fn apply_all(&self, y: &mut [f32]) {
         let piece = match self.walk.channels {

@@ -303,12 +303,21 @@ pub(crate) fn conv(
             }
             if let Some(tail) = tail {
                 let ow = g.out[2];
-                for ch in 0..nch {
-                    let first = (b * c + c0 + ch) * out_vol + o0 * ow;
+                if o0 == 0 && o1 == g.out[1] && !tail.per_channel() {
+                    // Whole planes of consecutive channels: one run.
+                    let first = (b * c + c0) * out_vol;
                     tail.apply(
                         first,
-                        std::slice::from_raw_parts_mut(yp.0.add(first), (o1 - o0) * ow),
+                        std::slice::from_raw_parts_mut(yp.0.add(first), nch * out_vol),
                     );
+                } else {
+                    for ch in 0..nch {
+                        let first = (b * c + c0 + ch) * out_vol + o0 * ow;
+                        tail.apply(
+                            first,
+                            std::slice::from_raw_parts_mut(yp.0.add(first), (o1 - o0) * ow),
+                        );
+                    }
                 }
             }
         }
