@@ -5,7 +5,8 @@ optionally, `tools/ort_profile.py MODEL DATA --slowest 1000` on the same float m
 where a model's time goes, and where it goes against onnxruntime's.
 
 onnxruntime names a fused Conv+activation node by its output (`..._nchwc` in NCHWc);
-such a node is traced back to its Conv through single-input nodes.
+such a node, and an activation it runs apart (`.../QuickGeluFusion/`, its SiLU), is
+traced back to its Conv through first inputs, as ours runs them fused into the conv.
 
 Pinned: onnx (tools/requirements.txt). Usage:
     python tools/conv_classes.py MODEL OURS_PROFILE.txt [ORT_PROFILE.txt]
@@ -56,11 +57,15 @@ def main():
     by_name = {n.name: n for n in g.node}
     producer = {o: n for n in g.node for o in n.output}
 
+    products = ("Conv", "Gemm", "MatMul")
+    activations = ("Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Mul", "Tanh")
+
     def conv_of(output):
-        n, steps = producer.get(output), 0
-        while n is not None and n.op_type not in ("Conv", "Gemm", "MatMul") and steps < 6:
-            n, steps = producer.get(n.input[0]), steps + 1
-        return n
+        """The conv whose output `output` is, through activations; None if none."""
+        n = producer.get(output)
+        while n is not None and n.op_type in activations:
+            n = producer.get(n.input[0])
+        return n if n is not None and n.op_type in products else None
 
     ours = collections.defaultdict(float)
     for line in open(args.ours):
@@ -76,8 +81,12 @@ def main():
                 continue
             f = line.split()
             if in_nodes and len(f) >= 4 and f[-1].endswith("%"):
-                name = re.sub(r"_nchwc$", "", f[0])
-                n = by_name.get(name) or conv_of(name)
+                name = re.sub(r"(_nchwc|/QuickGeluFusion/)$", "", f[0])
+                n = by_name.get(name) or producer.get(name)
+                # A fused node, or an activation onnxruntime runs apart (its SiLU,
+                # QuickGelu), counts with its conv, as ours runs them fused.
+                if name != f[0] and n is not None and n.op_type not in products:
+                    n = conv_of(n.output[0]) or n
                 if n is not None:
                     ort[conv_class(n, shapes, inits)] += float(f[-2])
     keys = sorted(set(ours) | set(ort), key=lambda k: -(ours[k] - ort[k] if args.ort else ours[k]))
