@@ -384,142 +384,68 @@ mod tests {
 
     /// Every output is the bias plus its taps in (kernel row, kernel column) order,
     /// one fused multiply-add each, padding as `w·0`: bit for bit what the per-row
-    /// path over a zero-padded copy gives. Over kernels of 1x1 to 7x7, dilations 1 to
-    /// 3, pads 0 to 3 and planes from one row to more than a block of rows, whose
-    /// widths end on and off a 16- and 32-column block.
+    /// path over a zero-padded copy gives. At stride 1 over kernels of 1x1 to 7x7,
+    /// dilations 1 to 3, pads 0 to 3 and planes from one row to more than a block of
+    /// rows, whose widths end on and off a 16- and 32-column block.
     #[test]
     fn sums_match_fused_taps_in_order() {
-        if !fits(16, 1, 1, 1, 1) {
-            eprintln!("test dw_rows::sums_match_fused_taps_in_order SKIPPED: no AVX-512");
-            return;
-        }
-        let mut seed = 7u32;
-        let mut next = move || {
-            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (seed >> 8) as f32 / (1 << 24) as f32 - 0.5
-        };
-        let mut cases = 0;
-        for (kh, kw) in [
-            (1usize, 1usize),
-            (3, 3),
-            (5, 5),
-            (7, 7),
-            (3, 1),
-            (1, 5),
-            (2, 3),
-        ] {
-            for (dh, dw) in [(1, 1), (2, 2), (3, 1)] {
-                for (top, left) in [(0usize, 0usize), (1, 1), (2, 3), (3, 0)] {
-                    for (ih, iw) in [(1usize, 18usize), (5, 16), (9, 33), (11, 47), (6, 64)] {
-                        let oh = (ih + 2 * top).checked_sub((kh - 1) * dh);
-                        let ow = (iw + 2 * left).checked_sub((kw - 1) * dw);
-                        let (Some(oh), Some(ow)) = (oh, ow) else {
-                            continue;
-                        };
-                        if oh == 0 || ow < 16 {
-                            continue;
-                        }
-                        let x: Vec<f32> = (0..ih * iw).map(|_| next()).collect();
-                        let w: Vec<f32> = (0..kh * kw).map(|_| next()).collect();
-                        let start = next();
-                        let zeros = vec![0.0; iw];
-                        let input = Input {
-                            x: &x,
-                            zeros: &zeros,
-                            ih,
-                            iw,
-                            top,
-                            left,
-                        };
-                        let taps = Taps {
-                            w: &w,
-                            kh,
-                            kw,
-                            dh,
-                            dw,
-                        };
-                        let mut got = vec![f32::NAN; oh * ow];
-                        plane(&input, &taps, 1, start, &mut got, ow);
-                        let at = |r: isize, c: isize| {
-                            let inside =
-                                (0..ih as isize).contains(&r) && (0..iw as isize).contains(&c);
-                            if inside {
-                                x[r as usize * iw + c as usize]
-                            } else {
-                                0.0
-                            }
-                        };
-                        for h in 0..oh {
-                            for j in 0..ow {
-                                let mut want = start;
-                                for b in 0..kh {
-                                    for c in 0..kw {
-                                        let r = (h + b * dh) as isize - top as isize;
-                                        let cc = (j + c * dw) as isize - left as isize;
-                                        want = w[b * kw + c].mul_add(at(r, cc), want);
-                                    }
-                                }
-                                let g = got[h * ow + j];
-                                assert_eq!(
-                                    g.to_bits(),
-                                    want.to_bits(),
-                                    "{kh}x{kw} dil {dh},{dw} pad {top},{left} in {ih}x{iw} at ({h}, {j}): {g} vs {want}"
-                                );
-                            }
-                        }
-                        cases += 1;
-                    }
-                }
-            }
-        }
-        assert!(cases > 100, "{cases} cases");
+        let kernels = [(1, 1), (3, 3), (5, 5), (7, 7), (3, 1), (1, 5), (2, 3)];
+        let dilations = [(1, 1), (2, 2), (3, 1)];
+        let inputs = [(1, 18), (5, 16), (9, 33), (11, 47), (6, 64)];
+        check_planes(1, &kernels, &dilations, &inputs, 7);
     }
 
-    /// At stride 2, [`plane`] gives, bit for bit, the fused taps in order; over
-    /// kernels whose taps shift a phase by 0 to 9 columns and planes whose outputs
-    /// end on and off a 16- and 32-column block.
+    /// The same at stride 2, over kernels whose taps shift a column phase by 0 to 9
+    /// lanes.
     #[test]
     fn stride2_sums_match_fused_taps_in_order() {
-        if !fits(16, 1, 1, 1, 1) {
-            eprintln!("test dw_rows::stride2_sums_match_fused_taps_in_order SKIPPED: no AVX-512");
+        let kernels = [(1, 1), (3, 3), (5, 5), (7, 7), (2, 3), (3, 2)];
+        let dilations = [(1, 1), (2, 2), (1, 3)];
+        let inputs = [(2, 36), (9, 33), (6, 64), (13, 70), (17, 95)];
+        check_planes(2, &kernels, &dilations, &inputs, 11);
+    }
+
+    /// [`plane`] at `stride` against the fused taps in order, over every kernel,
+    /// dilation and input size given and pads `(0, 0)`, `(1, 1)`, `(2, 3)`, `(3, 0)`
+    /// (planes with fewer than 16 outputs per row are skipped).
+    fn check_planes(
+        stride: usize,
+        kernels: &[(usize, usize)],
+        dilations: &[(usize, usize)],
+        inputs: &[(usize, usize)],
+        seed: u32,
+    ) {
+        if !fits(16, 1, 1, 1, stride) {
+            eprintln!("dw_rows tests at stride {stride} SKIPPED: no AVX-512");
             return;
         }
-        let mut seed = 11u32;
+        let mut seed = seed;
         let mut next = move || {
             seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
             (seed >> 8) as f32 / (1 << 24) as f32 - 0.5
         };
+        // Outputs along an axis of `n` values padded by `pad` on both sides.
+        let outputs = |n: usize, pad: usize, k: usize, d: usize| {
+            (n + 2 * pad)
+                .checked_sub((k - 1) * d + 1)
+                .map(|span| span / stride + 1)
+        };
         let mut cases = 0;
-        for (kh, kw) in [(1usize, 1usize), (3, 3), (5, 5), (7, 7), (2, 3), (3, 2)] {
-            for (dh, dw) in [(1usize, 1usize), (2, 2), (1, 3)] {
+        for &(kh, kw) in kernels {
+            for &(dh, dw) in dilations {
                 for (top, left) in [(0usize, 0usize), (1, 1), (2, 3), (3, 0)] {
-                    for (ih, iw) in [(2usize, 36usize), (9, 33), (6, 64), (13, 70), (17, 95)] {
-                        let oh = (ih + 2 * top)
-                            .checked_sub((kh - 1) * dh)
-                            .filter(|&e| e > 0)
-                            .map(|e| (e - 1) / 2 + 1);
-                        let ow = (iw + 2 * left)
-                            .checked_sub((kw - 1) * dw)
-                            .filter(|&e| e > 0)
-                            .map(|e| (e - 1) / 2 + 1);
-                        let (Some(oh), Some(ow)) = (oh, ow) else {
+                    for &(ih, iw) in inputs {
+                        let (Some(oh), Some(ow)) =
+                            (outputs(ih, top, kh, dh), outputs(iw, left, kw, dw))
+                        else {
                             continue;
                         };
-                        if ih + 2 * top < (kh - 1) * dh + 1 || ow < 16 {
+                        if ow < 16 {
                             continue;
                         }
                         let x: Vec<f32> = (0..ih * iw).map(|_| next()).collect();
                         let w: Vec<f32> = (0..kh * kw).map(|_| next()).collect();
                         let start = next();
-                        let at = |r: isize, c: isize| {
-                            let inside =
-                                (0..ih as isize).contains(&r) && (0..iw as isize).contains(&c);
-                            if inside {
-                                x[r as usize * iw + c as usize]
-                            } else {
-                                0.0
-                            }
-                        };
                         let zeros = vec![0.0; iw];
                         let input = Input {
                             x: &x,
@@ -537,14 +463,23 @@ mod tests {
                             dw,
                         };
                         let mut got = vec![f32::NAN; oh * ow];
-                        plane(&input, &taps, 2, start, &mut got, ow);
+                        plane(&input, &taps, stride, start, &mut got, ow);
+                        let at = |r: isize, c: isize| {
+                            let inside =
+                                (0..ih as isize).contains(&r) && (0..iw as isize).contains(&c);
+                            if inside {
+                                x[r as usize * iw + c as usize]
+                            } else {
+                                0.0
+                            }
+                        };
                         for h in 0..oh {
                             for j in 0..ow {
                                 let mut want = start;
                                 for b in 0..kh {
                                     for c in 0..kw {
-                                        let r = (2 * h + b * dh) as isize - top as isize;
-                                        let cc = (2 * j + c * dw) as isize - left as isize;
+                                        let r = (stride * h + b * dh) as isize - top as isize;
+                                        let cc = (stride * j + c * dw) as isize - left as isize;
                                         want = w[b * kw + c].mul_add(at(r, cc), want);
                                     }
                                 }
@@ -552,7 +487,7 @@ mod tests {
                                 assert_eq!(
                                     g.to_bits(),
                                     want.to_bits(),
-                                    "{kh}x{kw} dil {dh},{dw} pad {top},{left} in {ih}x{iw} at ({h}, {j}): {g} vs {want}"
+                                    "stride {stride}, {kh}x{kw} dil {dh},{dw} pad {top},{left} in {ih}x{iw} at ({h}, {j}): {g} vs {want}"
                                 );
                             }
                         }
@@ -561,6 +496,6 @@ mod tests {
                 }
             }
         }
-        assert!(cases > 100, "{cases} cases");
+        assert!(cases > 100, "{cases} cases at stride {stride}");
     }
 }
