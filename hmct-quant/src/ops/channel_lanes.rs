@@ -45,10 +45,10 @@ const TASK_POSITIONS: usize = 32 * PR;
 
 /// Whether [`conv`] runs this conv here: a pointwise conv (1x1, stride 1, no pads)
 /// with 16 or more input channels; with AVX-512, 32 or more output channels per group
-/// on a plane of fewer than 1024 positions with 64 or more input channels, or with 128
-/// or more input channels; with
-/// AVX2 only, 16 or more output channels on a plane of at most [`AVX2_SMALL_PLANE`]
-/// positions, or fewer than 2048 with 128 or more input channels.
+/// on a plane of fewer than 1024 positions with 64 or more input channels, or with
+/// 128 or more input channels; with AVX2 only, 16 or more output channels on a plane
+/// of at most [`AVX2_SMALL_PLANE`] positions, or fewer than 2048 with 128 or more
+/// input channels.
 ///
 /// With AVX2 on a Zen 3 (time here / direct conv on `kernel_table`'s shapes, median of
 /// 15 alternating rounds of a scratch build that switched between the two):
