@@ -2,7 +2,7 @@
 """Alternates two `kernel_table` builds and prints, per shape, each one's least time
 and the median and range of the per-round ratios (B/A).
 
-    python3 tools/ab_kernels.py OLD_KERNEL_TABLE NEW_KERNEL_TABLE [FILTER] [--rounds 5] [--runs 10]
+    python3 tools/ab_kernels.py OLD_KERNEL_TABLE NEW_KERNEL_TABLE [FILTER] [--rounds 5] [--runs 10] [--cold]
 
 Build each side with `cargo build --release -p hmct-benches --bin kernel_table` and copy
 `target/release/kernel_table` aside. Rounds alternate the order (A B, B A, ...) so that
@@ -13,8 +13,9 @@ import statistics
 import subprocess
 
 
-def times(exe, filt, runs):
-    out = subprocess.run([exe, filt, "--runs", str(runs)], capture_output=True, text=True,
+def times(exe, filt, runs, cold):
+    cmd = [exe, filt, "--runs", str(runs)] + (["--cold"] if cold else [])
+    out = subprocess.run(cmd, capture_output=True, text=True,
                          check=True).stdout
     got = {}
     for line in out.splitlines():
@@ -32,11 +33,12 @@ def main():
     p.add_argument("filter", nargs="?", default="")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--runs", type=int, default=10)
+    p.add_argument("--cold", action="store_true", help="pass --cold to kernel_table")
     args = p.parse_args()
     res = {args.a: {}, args.b: {}}
     for r in range(args.rounds):
         for exe in ([args.a, args.b] if r % 2 == 0 else [args.b, args.a]):
-            for shape, ms in times(exe, args.filter, args.runs).items():
+            for shape, ms in times(exe, args.filter, args.runs, args.cold).items():
                 res[exe].setdefault(shape, []).append(ms)
     for shape, ta in res[args.a].items():
         tb = res[args.b].get(shape, [])

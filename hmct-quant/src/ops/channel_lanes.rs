@@ -342,20 +342,9 @@ pub(crate) fn conv(
             }
         }
         if let (Some(tail), Some((from, to))) = (tail, written) {
-            if from == 0 && to == plane && !tail.per_channel() {
-                // Whole planes of consecutive channels: one run.
-                let at = (b * m + gi * mg + m0) * plane;
-                // SAFETY: the task wrote all outputs of its channels (above).
-                let span = unsafe { std::slice::from_raw_parts_mut(yp.0.add(at), chans * plane) };
-                tail.apply(at, span);
-            } else {
-                for ch in 0..chans {
-                    let at = (b * m + gi * mg + m0 + ch) * plane + from;
-                    // SAFETY: outputs `from .. to` of this channel are this task's (above).
-                    let span = unsafe { std::slice::from_raw_parts_mut(yp.0.add(at), to - from) };
-                    tail.apply(at, span);
-                }
-            }
+            let at = (b * m + gi * mg + m0) * plane + from;
+            // SAFETY: outputs `from .. to` of the task's channels are its own (above).
+            unsafe { tail.apply_runs(yp.0, at, chans, to - from, plane) };
         }
     };
     if tasks == 1 || n * m * plane * kdim < SERIAL_WORK || !crate::par::enabled() {

@@ -431,13 +431,11 @@ pub(crate) fn conv(
                     let finish = |ls: Range<usize>, chans: Range<usize>| {
                         let Some(tail) = tail else { return };
                         let len = (ls.len() - 1) * lay.line_len + j1 - j0;
-                        for ch in chans {
-                            let at =
-                                (b * m + gi * mg + ch) * out_vol + ls.start * lay.line_len + j0;
-                            // SAFETY: outputs this task wrote (above), and only it.
-                            let span = unsafe { std::slice::from_raw_parts_mut(yp.0.add(at), len) };
-                            tail.apply(at, span);
-                        }
+                        let at = (b * m + gi * mg + chans.start) * out_vol
+                            + ls.start * lay.line_len
+                            + j0;
+                        // SAFETY: outputs this task wrote (above), and only it.
+                        unsafe { tail.apply_runs(yp.0, at, chans.len(), len, out_vol) };
                     };
                     // Short lines are finished a few at a time: a call per line of 7
                     // or 14 outputs cost more than the tail's arithmetic.
@@ -472,12 +470,9 @@ pub(crate) fn conv(
         });
         if let Some(tail) = tail.filter(|_| lay.wide.is_some()) {
             let outputs = lay.wide_task_outputs(g, l0..l1, j0..j1);
-            for ch in m0..m1 {
-                let at = (b * m + gi * mg + ch) * out_vol + outputs.start;
-                // SAFETY: the task's outputs of its channels, written above by it alone.
-                let span = unsafe { std::slice::from_raw_parts_mut(yp.0.add(at), outputs.len()) };
-                tail.apply(at, span);
-            }
+            let at = (b * m + gi * mg + m0) * out_vol + outputs.start;
+            // SAFETY: the task's outputs of its channels, written above by it alone.
+            unsafe { tail.apply_runs(yp.0, at, m1 - m0, outputs.len(), out_vol) };
         }
     };
     if tasks == 1 || work < SERIAL_WORK || !crate::par::enabled() {

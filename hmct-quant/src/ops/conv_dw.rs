@@ -303,22 +303,8 @@ pub(crate) fn conv(
             }
             if let Some(tail) = tail {
                 let ow = g.out[2];
-                if o0 == 0 && o1 == g.out[1] && !tail.per_channel() {
-                    // Whole planes of consecutive channels: one run.
-                    let first = (b * c + c0) * out_vol;
-                    tail.apply(
-                        first,
-                        std::slice::from_raw_parts_mut(yp.0.add(first), nch * out_vol),
-                    );
-                } else {
-                    for ch in 0..nch {
-                        let first = (b * c + c0 + ch) * out_vol + o0 * ow;
-                        tail.apply(
-                            first,
-                            std::slice::from_raw_parts_mut(yp.0.add(first), (o1 - o0) * ow),
-                        );
-                    }
-                }
+                let first = (b * c + c0) * out_vol + o0 * ow;
+                tail.apply_runs(yp.0, first, nch, (o1 - o0) * ow, out_vol);
             }
         }
         #[cfg(not(target_arch = "x86_64"))]

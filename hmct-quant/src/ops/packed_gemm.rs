@@ -803,17 +803,8 @@ pub(crate) fn conv(
                 out_vol,
             );
             if let Some(tail) = tail {
-                if cols.len() == out_vol && !tail.per_channel() {
-                    // Whole planes of consecutive channels: one run.
-                    let at = (b * m + gi * mg + rows.start) * out_vol;
-                    let len = rows.len() * out_vol;
-                    tail.apply(at, std::slice::from_raw_parts_mut(yp.0.add(at), len));
-                } else {
-                    for r in rows {
-                        let at = (b * m + gi * mg + r) * out_vol + cols.start;
-                        tail.apply(at, std::slice::from_raw_parts_mut(yp.0.add(at), cols.len()));
-                    }
-                }
+                let at = (b * m + gi * mg + rows.start) * out_vol + cols.start;
+                tail.apply_runs(yp.0, at, rows.len(), cols.len(), out_vol);
             }
         }
     };
