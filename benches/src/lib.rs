@@ -153,6 +153,12 @@ pub const CONV_SHAPES: &[ConvShape] = &[
     conv("regnet_g8_3x3_64_56", 64, 64, 8, 3, 1, 1, 56),
     conv("regnet_g16_3x3_256_28", 256, 256, 16, 3, 1, 1, 28),
     conv("regnet_g64_3x3_512_14", 512, 512, 8, 3, 1, 1, 14),
+    // RegNet-Y-800MF's: 16 channels per group, stride 2 from each stage's first block.
+    conv("regnety_g16_3x3s2_64_112", 64, 64, 4, 3, 2, 1, 112),
+    conv("regnety_g16_3x3s2_144_56", 144, 144, 9, 3, 2, 1, 56),
+    conv("regnety_g16_3x3_144_28", 144, 144, 9, 3, 1, 1, 28),
+    conv("regnety_g16_3x3_320_14", 320, 320, 20, 3, 1, 1, 14),
+    conv("regnety_g16_3x3s2_784_14", 784, 784, 49, 3, 2, 1, 14),
     ConvShape {
         d: 2,
         p: 2,
