@@ -1,7 +1,8 @@
-//! MaxPool without indices against a naive reference, bit for bit, on random 1-D to 3-D
-//! windows (strides, dilations, pads, ceil mode) over data with ties, signed zeros and
-//! NaN: each output is its window's first tap inside the data, replaced by any later
-//! tap (in row-major order) greater than it.
+//! MaxPool without indices and AveragePool against naive references, bit for bit, on
+//! random 1-D to 3-D windows (strides, dilations, pads, ceil mode) over data with ties,
+//! signed zeros and NaN: a max is its window's first tap inside the data, replaced by
+//! any later tap (in row-major order) greater than it; an average is the sum of those
+//! taps from zero in that order over their count (or the padded count).
 
 mod common;
 
@@ -85,6 +86,27 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// Values whose sums round differently in another order: magnitudes over five decades,
+/// both zeros, NaN at about one position in forty.
+fn inexact_values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            match s % 40 {
+                0 => f32::NAN,
+                1 => 0.0,
+                2 => -0.0,
+                _ => {
+                    (((s >> 8) % 2001) as f32 / 1000.0 - 1.0) * 10f32.powi((s >> 20) as i32 % 5 - 2)
+                }
+            }
+        })
+        .collect()
+}
+
 fn out_len(c: &Case, a: usize) -> usize {
     let rank = c.input.len();
     let span = c.input[a] + c.pads[a] + c.pads[rank + a] - ((c.kernel[a] - 1) * c.dil[a] + 1);
@@ -101,12 +123,17 @@ fn out_len(c: &Case, a: usize) -> usize {
     }
 }
 
-fn reference(c: &Case, x: &[f32]) -> Vec<f32> {
+/// Per output (channels, then row-major positions): the values of its taps inside the
+/// data, in row-major tap order, and how many of its taps lie inside the padded
+/// extent (`count_include_pad`'s count: not those past the end padding, which ceil
+/// mode can reach).
+fn windows(c: &Case, x: &[f32]) -> Vec<(Vec<f32>, usize)> {
     let rank = c.input.len();
     let out: Vec<usize> = (0..rank).map(|a| out_len(c, a)).collect();
     let out_vol: usize = out.iter().product();
     let in_vol: usize = c.input.iter().product();
-    let mut y = Vec::new();
+    let k_vol: usize = c.kernel.iter().product();
+    let mut all = Vec::new();
     for ch in 0..c.channels {
         for o in 0..out_vol {
             let mut pos = vec![0; rank];
@@ -115,12 +142,11 @@ fn reference(c: &Case, x: &[f32]) -> Vec<f32> {
                 pos[a] = rest % out[a];
                 rest /= out[a];
             }
-            let k_vol: usize = c.kernel.iter().product();
-            let mut best: Option<f32> = None;
+            let (mut inside_values, mut padded) = (Vec::new(), 0);
             for t in 0..k_vol {
                 let mut rest = t;
                 let mut flat = 0usize;
-                let mut inside = true;
+                let (mut inside, mut in_padding) = (true, true);
                 let mut tap = vec![0; rank];
                 for a in (0..rank).rev() {
                     tap[a] = rest % c.kernel[a];
@@ -132,22 +158,45 @@ fn reference(c: &Case, x: &[f32]) -> Vec<f32> {
                     if p < 0 || p >= c.input[a] as isize {
                         inside = false;
                     }
+                    if p >= (c.input[a] + c.pads[rank + a]) as isize {
+                        in_padding = false;
+                    }
                     flat = flat * c.input[a] + p.max(0) as usize;
                 }
-                if !inside {
-                    continue;
+                padded += usize::from(in_padding);
+                if inside {
+                    inside_values.push(x[ch * in_vol + flat]);
                 }
-                let v = x[ch * in_vol + flat];
-                best = match best {
-                    None => Some(v),
-                    Some(b) if v > b => Some(v),
-                    keep => keep,
-                };
             }
-            y.push(best.unwrap_or(f32::NEG_INFINITY));
+            all.push((inside_values, padded));
         }
     }
-    y
+    all
+}
+
+fn reference(c: &Case, x: &[f32]) -> Vec<f32> {
+    windows(c, x)
+        .into_iter()
+        .map(|(values, _)| {
+            values
+                .into_iter()
+                .reduce(|best, v| if v > best { v } else { best })
+                .unwrap_or(f32::NEG_INFINITY)
+        })
+        .collect()
+}
+
+/// AveragePool's outputs: `0 + x0 + x1 + ...` over the taps inside the data, in
+/// order, divided by their count (or by the padded count).
+fn average_reference(c: &Case, x: &[f32], include_pad: bool) -> Vec<f32> {
+    windows(c, x)
+        .into_iter()
+        .map(|(values, padded)| {
+            let count = if include_pad { padded } else { values.len() };
+            let sum = values.iter().fold(0.0f32, |s, &v| s + v);
+            if count == 0 { 0.0 } else { sum / count as f32 }
+        })
+        .collect()
 }
 
 fn max_pool(c: &Case, x: &Tensor) -> Tensor {
@@ -161,6 +210,20 @@ fn max_pool(c: &Case, x: &Tensor) -> Tensor {
         attrs.push(int("ceil_mode", 1));
     }
     run_kernel("MaxPool", 12, &attrs, &[x])
+}
+
+fn average_pool(c: &Case, x: &Tensor, include_pad: bool) -> Tensor {
+    let mut attrs = vec![
+        ints("kernel_shape", &c.kernel),
+        ints("strides", &c.stride),
+        ints("dilations", &c.dil),
+        ints("pads", &c.pads),
+        int("count_include_pad", i64::from(include_pad)),
+    ];
+    if c.ceil {
+        attrs.push(int("ceil_mode", 1));
+    }
+    run_kernel("AveragePool", 19, &attrs, &[x])
 }
 
 proptest! {
@@ -177,6 +240,21 @@ proptest! {
         let expect_shape: Vec<usize> = [1, c.channels].into_iter()
             .chain((0..c.input.len()).map(|a| out_len(&c, a))).collect();
         prop_assert_eq!(got.shape(), &expect_shape[..]);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            prop_assert_eq!(g.to_bits(), w.to_bits(), "output {} of {:?}: {} vs {}", i, c, g, w);
+        }
+    }
+
+    #[test]
+    fn average_pool_matches_reference(c in case(), include_pad in any::<bool>()) {
+        let mut shape = vec![1, c.channels];
+        shape.extend(&c.input);
+        let data = inexact_values(shape.iter().product(), c.seed);
+        let x = Tensor::from_f32(&shape, data.clone()).unwrap();
+        let want = average_reference(&c, &data, include_pad);
+        let got = average_pool(&c, &x, include_pad);
+        let Tensor::F32(got) = got else { panic!("AveragePool of f32 gave {}", got.dtype()) };
+        prop_assert_eq!(got.len(), want.len());
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             prop_assert_eq!(g.to_bits(), w.to_bits(), "output {} of {:?}: {} vs {}", i, c, g, w);
         }

@@ -5,6 +5,7 @@ use hmct_tensor::{Tensor, f16};
 use rayon::prelude::*;
 
 use super::arrays::{array, contiguous};
+use super::conv::{f32_slice, f32_slice_mut};
 use super::window::{Win3, WindowAttrs};
 use super::{Kernel, NodeSpec, OpError, input};
 
@@ -94,7 +95,15 @@ fn taps(g: &Win3, pe: &[usize; 3], a: usize, o: usize) -> (Vec<usize>, usize) {
     (inside, padded)
 }
 
-fn avg_pool<T: num_traits::Float + Send + Sync>(
+/// Average pooling. Each output is `(0 + Σ x) / count`, the sum over its window's taps
+/// inside the data in row-major order (`count`: those taps, or with
+/// `count_include_pad` the taps inside the padded extent). A row of outputs is summed
+/// as vectors: per tap, the outputs whose tap lies inside the row add the value it
+/// reads. An output whose tap falls in the padding adds nothing, so each output's
+/// additions are the ones, in the order, of a loop over its own taps. (That loop, per
+/// output, took Inception-v3's nine 3x3 average pools 21.7 ms against onnxruntime's
+/// 0.6.)
+fn avg_pool<T: num_traits::Float + Default + Send + Sync + 'static>(
     x: &[T],
     xs: &[usize],
     g: &Win3,
@@ -103,49 +112,199 @@ fn avg_pool<T: num_traits::Float + Send + Sync>(
 ) -> Vec<T> {
     let (in_vol, out_vol) = (g.in_vol(), g.out_vol());
     let planes = xs[0] * xs[1];
-    let [od_n, oh_n, ow_n] = g.out;
-    let [_, ih_n, iw_n] = g.input;
     let axis_taps: Vec<Vec<(Vec<usize>, usize)>> = (0..3)
         .map(|a| (0..g.out[a]).map(|o| taps(g, pe, a, o)).collect())
         .collect();
-    let mut y = vec![T::zero(); planes * out_vol];
-    let plane = |(p, out): (usize, &mut [T])| {
-        let xp = &x[p * in_vol..][..in_vol];
-        for od in 0..od_n {
-            let (td, pd) = &axis_taps[0][od];
-            for oh in 0..oh_n {
-                let (th, ph) = &axis_taps[1][oh];
-                for ow in 0..ow_n {
-                    let (tw, pw) = &axis_taps[2][ow];
-                    let mut s = T::zero();
+    // What each output's sum is divided by (zero: the output is zero).
+    let mut divisors = Vec::with_capacity(out_vol);
+    for (td, pd) in &axis_taps[0] {
+        for (th, ph) in &axis_taps[1] {
+            for (tw, pw) in &axis_taps[2] {
+                let count = match include_pad {
+                    true => pd * ph * pw,
+                    false => td.len() * th.len() * tw.len(),
+                };
+                divisors.push(T::from(count).unwrap_or(T::one()));
+            }
+        }
+    }
+    // Every output is written below: a recycled buffer (a fresh one faulted its pages
+    // in on every call). Planes go to tasks in groups, fixed, so that small planes
+    // (8x8) do not cost a call each.
+    let mut y = crate::buffers::take::<T>(planes * out_vol);
+    let per_task = (1 << 14) / out_vol.max(1) + 1;
+    let task = |(t, out): (usize, &mut [T])| {
+        let x = &x[t * per_task * in_vol..];
+        avg_planes(x, out, g, &axis_taps, &divisors)
+    };
+    if y.len() * g.k_vol() < (1 << 16) || !crate::par::enabled() {
+        y.chunks_mut(out_vol.max(1) * per_task)
+            .enumerate()
+            .for_each(task);
+    } else {
+        y.par_chunks_mut(out_vol.max(1) * per_task)
+            .enumerate()
+            .for_each(task);
+    }
+    y
+}
+
+/// Outputs of a row summed together: one AVX-512 vector of f32.
+const AVG_LANES: usize = 16;
+
+/// A plane's input rows, each between zero columns: the left padding, and on the
+/// right as far as the last block of [`AVG_LANES`] outputs of a row reads. Padded
+/// column `c` is input column `c - pad` (a negative pad skips input columns).
+struct PaddedRows<T> {
+    rows: Vec<T>,
+    width: usize,
+    pad: usize,
+    skip: usize,
+}
+
+impl<T: num_traits::Float> PaddedRows<T> {
+    fn new(g: &Win3) -> PaddedRows<T> {
+        let [id_n, ih_n, iw_n] = g.input;
+        let (pad, skip) = (g.pad[2].max(0) as usize, (-g.pad[2]).max(0) as usize);
+        let blocks = g.out[2].div_ceil(AVG_LANES);
+        let reach = (blocks * AVG_LANES - 1) * g.stride[2] + (g.kernel[2] - 1) * g.dil[2] + 1;
+        let width = reach.max(pad + iw_n.saturating_sub(skip));
+        PaddedRows {
+            rows: vec![T::zero(); id_n * ih_n * width],
+            width,
+            pad,
+            skip,
+        }
+    }
+
+    /// Copies one plane's rows in (the zero columns stay as they are).
+    fn fill(&mut self, plane: &[T], iw: usize) {
+        let kept = iw.saturating_sub(self.skip);
+        for (src, dst) in plane
+            .chunks_exact(iw)
+            .zip(self.rows.chunks_exact_mut(self.width))
+        {
+            dst[self.pad..self.pad + kept].copy_from_slice(&src[self.skip..]);
+        }
+    }
+
+    /// Row `r` (depth and height flattened).
+    fn row(&self, r: usize) -> &[T] {
+        &self.rows[r * self.width..][..self.width]
+    }
+}
+
+/// Consecutive planes of [`avg_pool`] (`out` holds whole planes, `x` their inputs
+/// from the first on); `divisors` per output of a plane.
+///
+/// A block of [`AVG_LANES`] outputs of a row adds, per tap, the values the tap reads
+/// from the [`PaddedRows`]. A tap in the padding adds zero, which changes no sum: sums
+/// start at +0 and adding values never makes one -0, so `s + 0 = s` (NaN and
+/// infinities stay). With AVX-512 the block is one vector (`avg_planes_avx512`).
+fn avg_planes<T: num_traits::Float + 'static>(
+    x: &[T],
+    out: &mut [T],
+    g: &Win3,
+    axis_taps: &[Vec<(Vec<usize>, usize)>],
+    divisors: &[T],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if g.stride[2] == 1
+        && crate::cpu::conv_isa() == Some(crate::cpu::Isa::Avx512)
+        && let (Some(xf), Some(divf)) = (f32_slice(x), f32_slice(divisors))
+    {
+        let outf = f32_slice_mut(out).expect("T is f32, as x is");
+        // SAFETY: the CPU has AVX-512F (checked just above).
+        unsafe { avg_planes_avx512(xf, outf, g, axis_taps, divf) };
+        return;
+    }
+    let [_, oh_n, ow_n] = g.out;
+    let [_, ih_n, iw_n] = g.input;
+    let (in_vol, out_vol) = (g.in_vol(), g.out_vol());
+    let (sw, dw, kw) = (g.stride[2], g.dil[2], g.kernel[2]);
+    let mut rows = PaddedRows::new(g);
+    for (i, out) in out.chunks_mut(out_vol.max(1)).enumerate() {
+        rows.fill(&x[i * in_vol..][..in_vol], iw_n);
+        for (od, (td, _)) in axis_taps[0].iter().enumerate() {
+            for (oh, (th, _)) in axis_taps[1].iter().enumerate() {
+                let at = (od * oh_n + oh) * ow_n;
+                for b in 0..ow_n.div_ceil(AVG_LANES) {
+                    let mut sums = [T::zero(); AVG_LANES];
                     for &d in td {
                         for &h in th {
-                            let row = &xp[(d * ih_n + h) * iw_n..][..iw_n];
-                            for &w in tw {
-                                s = s + row[w];
+                            let row = rows.row(d * ih_n + h);
+                            for k in 0..kw {
+                                let taps = row[b * AVG_LANES * sw + k * dw..].iter().step_by(sw);
+                                for (s, &v) in sums.iter_mut().zip(taps) {
+                                    *s = *s + v;
+                                }
                             }
                         }
                     }
-                    let count = if include_pad {
-                        pd * ph * pw
-                    } else {
-                        td.len() * th.len() * tw.len()
-                    };
-                    out[(od * oh_n + oh) * ow_n + ow] = if count == 0 {
-                        T::zero()
-                    } else {
-                        s / T::from(count).unwrap_or(T::one())
-                    };
+                    let n = AVG_LANES.min(ow_n - b * AVG_LANES);
+                    let j = at + b * AVG_LANES;
+                    let outs = out[j..][..n].iter_mut();
+                    for ((o, &s), &c) in outs.zip(&sums).zip(&divisors[j..][..n]) {
+                        *o = if c == T::zero() { T::zero() } else { s / c };
+                    }
                 }
             }
         }
-    };
-    if y.len() * g.k_vol() < (1 << 16) || !crate::par::enabled() {
-        y.chunks_mut(out_vol.max(1)).enumerate().for_each(plane);
-    } else {
-        y.par_chunks_mut(out_vol.max(1)).enumerate().for_each(plane);
     }
-    y
+}
+
+/// [`avg_planes`] for f32 rows of stride 1 with AVX-512: a block's sums in one vector.
+///
+/// # Safety
+/// The CPU has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn avg_planes_avx512(
+    x: &[f32],
+    out: &mut [f32],
+    g: &Win3,
+    axis_taps: &[Vec<(Vec<usize>, usize)>],
+    divisors: &[f32],
+) {
+    use std::arch::x86_64::*;
+    let [_, oh_n, ow_n] = g.out;
+    let [_, ih_n, iw_n] = g.input;
+    let (in_vol, out_vol) = (g.in_vol(), g.out_vol());
+    let (dw, kw) = (g.dil[2], g.kernel[2]);
+    let mut rows = PaddedRows::new(g);
+    for (i, out) in out.chunks_mut(out_vol.max(1)).enumerate() {
+        rows.fill(&x[i * in_vol..][..in_vol], iw_n);
+        for (od, (td, _)) in axis_taps[0].iter().enumerate() {
+            for (oh, (th, _)) in axis_taps[1].iter().enumerate() {
+                let at = (od * oh_n + oh) * ow_n;
+                for b in 0..ow_n.div_ceil(AVG_LANES) {
+                    let mut sums = _mm512_setzero_ps();
+                    for &d in td {
+                        for &h in th {
+                            let row = rows.row(d * ih_n + h);
+                            for k in 0..kw {
+                                let taps = &row[b * AVG_LANES + k * dw..][..AVG_LANES];
+                                // SAFETY: `taps` holds 16 values.
+                                let v = unsafe { _mm512_loadu_ps(taps.as_ptr()) };
+                                sums = _mm512_add_ps(sums, v);
+                            }
+                        }
+                    }
+                    let n = AVG_LANES.min(ow_n - b * AVG_LANES);
+                    let j = at + b * AVG_LANES;
+                    let kept = ((1u32 << n) - 1) as __mmask16;
+                    let (outs, by) = (&mut out[j..][..n], &divisors[j..][..n]);
+                    // SAFETY: `kept` covers the `n` values of `by` and `outs`.
+                    unsafe {
+                        let c = _mm512_maskz_loadu_ps(kept, by.as_ptr());
+                        let nonzero = _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(c, _mm512_setzero_ps());
+                        let q = _mm512_maskz_div_ps(nonzero, sums, c);
+                        _mm512_mask_storeu_ps(outs.as_mut_ptr(), kept, q);
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Max pooling; the index of each maximum is flat over the whole input (row-major, or
