@@ -68,20 +68,26 @@ fn case() -> impl Strategy<Value = Case> {
         )
 }
 
+/// A xorshift stream from `seed`.
+fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+    let mut s = seed | 1;
+    move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    }
+}
+
 /// Values with many ties, both zeros, and NaN at about one position in twelve.
 fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed | 1;
+    let mut next = xorshift(seed);
     (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            match s % 12 {
-                0 => f32::NAN,
-                1 => 0.0,
-                2 => -0.0,
-                r => (r as f32 - 6.0) * 0.5,
-            }
+        .map(|_| match next() % 12 {
+            0 => f32::NAN,
+            1 => 0.0,
+            2 => -0.0,
+            r => (r as f32 - 6.0) * 0.5,
         })
         .collect()
 }
@@ -89,18 +95,17 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
 /// Values whose sums round differently in another order: magnitudes over five decades,
 /// both zeros, NaN at about one position in forty.
 fn inexact_values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed | 1;
+    let mut next = xorshift(seed);
     (0..n)
         .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
+            let s = next();
             match s % 40 {
                 0 => f32::NAN,
                 1 => 0.0,
                 2 => -0.0,
                 _ => {
-                    (((s >> 8) % 2001) as f32 / 1000.0 - 1.0) * 10f32.powi((s >> 20) as i32 % 5 - 2)
+                    let mantissa = ((s >> 8) % 2001) as f32 / 1000.0 - 1.0;
+                    mantissa * 10f32.powi((s >> 20) as i32 % 5 - 2)
                 }
             }
         })

@@ -97,12 +97,9 @@ fn taps(g: &Win3, pe: &[usize; 3], a: usize, o: usize) -> (Vec<usize>, usize) {
 
 /// Average pooling. Each output is `(0 + Σ x) / count`, the sum over its window's taps
 /// inside the data in row-major order (`count`: those taps, or with
-/// `count_include_pad` the taps inside the padded extent). A row of outputs is summed
-/// as vectors: per tap, the outputs whose tap lies inside the row add the value it
-/// reads. An output whose tap falls in the padding adds nothing, so each output's
-/// additions are the ones, in the order, of a loop over its own taps. (That loop, per
-/// output, took Inception-v3's nine 3x3 average pools 21.7 ms against onnxruntime's
-/// 0.6.)
+/// `count_include_pad` the taps inside the padded extent), blocks of a row's outputs at
+/// a time ([`avg_planes`]). A loop per output over its own taps took Inception-v3's
+/// nine 3x3 average pools 21.7 ms against onnxruntime's 0.6.
 fn avg_pool<T: num_traits::Float + Default + Send + Sync + 'static>(
     x: &[T],
     xs: &[usize],
