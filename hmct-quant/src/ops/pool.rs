@@ -157,6 +157,9 @@ struct PaddedRows<T> {
     width: usize,
     pad: usize,
     skip: usize,
+    /// Input rows per depth slice, and values per input row.
+    height: usize,
+    iw: usize,
 }
 
 impl<T: num_traits::Float> PaddedRows<T> {
@@ -171,23 +174,68 @@ impl<T: num_traits::Float> PaddedRows<T> {
             width,
             pad,
             skip,
+            height: ih_n,
+            iw: iw_n,
         }
     }
 
     /// Copies one plane's rows in (the zero columns stay as they are).
-    fn fill(&mut self, plane: &[T], iw: usize) {
-        let kept = iw.saturating_sub(self.skip);
+    fn fill(&mut self, plane: &[T]) {
+        let kept = self.iw.saturating_sub(self.skip);
         for (src, dst) in plane
-            .chunks_exact(iw)
+            .chunks_exact(self.iw)
             .zip(self.rows.chunks_exact_mut(self.width))
         {
             dst[self.pad..self.pad + kept].copy_from_slice(&src[self.skip..]);
         }
     }
 
-    /// Row `r` (depth and height flattened).
-    fn row(&self, r: usize) -> &[T] {
-        &self.rows[r * self.width..][..self.width]
+    /// The rows a window reads, in order: depths `td`, each at heights `th`.
+    fn window<'a>(&'a self, td: &'a [usize], th: &'a [usize]) -> impl Iterator<Item = &'a [T]> {
+        td.iter().flat_map(move |&d| {
+            th.iter()
+                .map(move |&h| &self.rows[(d * self.height + h) * self.width..][..self.width])
+        })
+    }
+}
+
+/// Walks the blocks of [`AVG_LANES`] outputs of each output row of consecutive planes
+/// (`out` holds whole planes, `x` their inputs from the first on), the planes' rows
+/// copied into [`PaddedRows`] one plane at a time. `block` sums one block: given the
+/// rows, the depths and heights its window reads, the padded column of its first
+/// output's first tap, and its outputs and their divisors. Inline, so that `block`
+/// is compiled with the caller's target features.
+#[inline(always)]
+fn avg_blocks<T: num_traits::Float>(
+    x: &[T],
+    out: &mut [T],
+    g: &Win3,
+    axis_taps: &[Vec<(Vec<usize>, usize)>],
+    divisors: &[T],
+    mut block: impl FnMut(&PaddedRows<T>, &[usize], &[usize], usize, &mut [T], &[T]),
+) {
+    let [_, oh_n, ow_n] = g.out;
+    let (in_vol, out_vol) = (g.in_vol(), g.out_vol());
+    let mut rows = PaddedRows::new(g);
+    for (i, out) in out.chunks_mut(out_vol.max(1)).enumerate() {
+        rows.fill(&x[i * in_vol..][..in_vol]);
+        for (od, (td, _)) in axis_taps[0].iter().enumerate() {
+            for (oh, (th, _)) in axis_taps[1].iter().enumerate() {
+                for b in 0..ow_n.div_ceil(AVG_LANES) {
+                    let j = (od * oh_n + oh) * ow_n + b * AVG_LANES;
+                    let n = AVG_LANES.min(ow_n - b * AVG_LANES);
+                    let first = b * AVG_LANES * g.stride[2];
+                    block(
+                        &rows,
+                        td,
+                        th,
+                        first,
+                        &mut out[j..][..n],
+                        &divisors[j..][..n],
+                    );
+                }
+            }
+        }
     }
 }
 
@@ -215,39 +263,28 @@ fn avg_planes<T: num_traits::Float + 'static>(
         unsafe { avg_planes_avx512(xf, outf, g, axis_taps, divf) };
         return;
     }
-    let [_, oh_n, ow_n] = g.out;
-    let [_, ih_n, iw_n] = g.input;
-    let (in_vol, out_vol) = (g.in_vol(), g.out_vol());
     let (sw, dw, kw) = (g.stride[2], g.dil[2], g.kernel[2]);
-    let mut rows = PaddedRows::new(g);
-    for (i, out) in out.chunks_mut(out_vol.max(1)).enumerate() {
-        rows.fill(&x[i * in_vol..][..in_vol], iw_n);
-        for (od, (td, _)) in axis_taps[0].iter().enumerate() {
-            for (oh, (th, _)) in axis_taps[1].iter().enumerate() {
-                let at = (od * oh_n + oh) * ow_n;
-                for b in 0..ow_n.div_ceil(AVG_LANES) {
-                    let mut sums = [T::zero(); AVG_LANES];
-                    for &d in td {
-                        for &h in th {
-                            let row = rows.row(d * ih_n + h);
-                            for k in 0..kw {
-                                let taps = row[b * AVG_LANES * sw + k * dw..].iter().step_by(sw);
-                                for (s, &v) in sums.iter_mut().zip(taps) {
-                                    *s = *s + v;
-                                }
-                            }
-                        }
-                    }
-                    let n = AVG_LANES.min(ow_n - b * AVG_LANES);
-                    let j = at + b * AVG_LANES;
-                    let outs = out[j..][..n].iter_mut();
-                    for ((o, &s), &c) in outs.zip(&sums).zip(&divisors[j..][..n]) {
-                        *o = if c == T::zero() { T::zero() } else { s / c };
+    avg_blocks(
+        x,
+        out,
+        g,
+        axis_taps,
+        divisors,
+        |rows, td, th, first, outs, by| {
+            let mut sums = [T::zero(); AVG_LANES];
+            for row in rows.window(td, th) {
+                for k in 0..kw {
+                    let taps = row[first + k * dw..].iter().step_by(sw);
+                    for (s, &v) in sums.iter_mut().zip(taps) {
+                        *s = *s + v;
                     }
                 }
             }
-        }
-    }
+            for ((o, &s), &c) in outs.iter_mut().zip(&sums).zip(by) {
+                *o = if c == T::zero() { T::zero() } else { s / c };
+            }
+        },
+    );
 }
 
 /// [`avg_planes`] for f32 rows of stride 1 with AVX-512: a block's sums in one vector.
@@ -264,44 +301,33 @@ unsafe fn avg_planes_avx512(
     divisors: &[f32],
 ) {
     use std::arch::x86_64::*;
-    let [_, oh_n, ow_n] = g.out;
-    let [_, ih_n, iw_n] = g.input;
-    let (in_vol, out_vol) = (g.in_vol(), g.out_vol());
     let (dw, kw) = (g.dil[2], g.kernel[2]);
-    let mut rows = PaddedRows::new(g);
-    for (i, out) in out.chunks_mut(out_vol.max(1)).enumerate() {
-        rows.fill(&x[i * in_vol..][..in_vol], iw_n);
-        for (od, (td, _)) in axis_taps[0].iter().enumerate() {
-            for (oh, (th, _)) in axis_taps[1].iter().enumerate() {
-                let at = (od * oh_n + oh) * ow_n;
-                for b in 0..ow_n.div_ceil(AVG_LANES) {
-                    let mut sums = _mm512_setzero_ps();
-                    for &d in td {
-                        for &h in th {
-                            let row = rows.row(d * ih_n + h);
-                            for k in 0..kw {
-                                let taps = &row[b * AVG_LANES + k * dw..][..AVG_LANES];
-                                // SAFETY: `taps` holds 16 values.
-                                let v = unsafe { _mm512_loadu_ps(taps.as_ptr()) };
-                                sums = _mm512_add_ps(sums, v);
-                            }
-                        }
-                    }
-                    let n = AVG_LANES.min(ow_n - b * AVG_LANES);
-                    let j = at + b * AVG_LANES;
-                    let kept = ((1u32 << n) - 1) as __mmask16;
-                    let (outs, by) = (&mut out[j..][..n], &divisors[j..][..n]);
-                    // SAFETY: `kept` covers the `n` values of `by` and `outs`.
-                    unsafe {
-                        let c = _mm512_maskz_loadu_ps(kept, by.as_ptr());
-                        let nonzero = _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(c, _mm512_setzero_ps());
-                        let q = _mm512_maskz_div_ps(nonzero, sums, c);
-                        _mm512_mask_storeu_ps(outs.as_mut_ptr(), kept, q);
-                    }
+    avg_blocks(
+        x,
+        out,
+        g,
+        axis_taps,
+        divisors,
+        |rows, td, th, first, outs, by| {
+            let mut sums = _mm512_setzero_ps();
+            for row in rows.window(td, th) {
+                for k in 0..kw {
+                    let taps = &row[first + k * dw..][..AVG_LANES];
+                    // SAFETY: `taps` holds 16 values.
+                    let v = unsafe { _mm512_loadu_ps(taps.as_ptr()) };
+                    sums = _mm512_add_ps(sums, v);
                 }
             }
-        }
-    }
+            let kept = ((1u32 << outs.len()) - 1) as __mmask16;
+            // SAFETY: `kept` covers the values of `by` and `outs` (as many).
+            unsafe {
+                let c = _mm512_maskz_loadu_ps(kept, by.as_ptr());
+                let nonzero = _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(c, _mm512_setzero_ps());
+                let q = _mm512_maskz_div_ps(nonzero, sums, c);
+                _mm512_mask_storeu_ps(outs.as_mut_ptr(), kept, q);
+            }
+        },
+    );
 }
 
 /// Max pooling; the index of each maximum is flat over the whole input (row-major, or
