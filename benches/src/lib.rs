@@ -159,6 +159,14 @@ pub const CONV_SHAPES: &[ConvShape] = &[
     conv("regnety_g16_3x3_144_28", 144, 144, 9, 3, 1, 1, 28),
     conv("regnety_g16_3x3_320_14", 320, 320, 20, 3, 1, 1, 14),
     conv("regnety_g16_3x3s2_784_14", 784, 784, 49, 3, 2, 1, 14),
+    // 16 output channels (per group), where the channel-lanes kernel's tiles of 16
+    // channels and the direct conv's of 12 trade places with the plane's size.
+    conv("yolo_3x3_16to16_160", 16, 16, 1, 3, 1, 1, 160),
+    conv("edge_3x3_16to16_80", 16, 16, 1, 3, 1, 1, 80),
+    conv("edge_3x3_16to16_56", 16, 16, 1, 3, 1, 1, 56),
+    conv("edge_3x3s2_16to16_160", 16, 16, 1, 3, 2, 1, 160),
+    conv("edge_g4_3x3_128to64_28", 128, 64, 4, 3, 1, 1, 28),
+    conv("probe_g8_3x3s2_64_56", 64, 64, 8, 3, 2, 1, 56),
     ConvShape {
         d: 2,
         p: 2,

@@ -37,6 +37,9 @@ const CR: usize = 32;
 const PR_AVX2: usize = 6;
 const CR_AVX2: usize = 16;
 const AVX2_SMALL_PLANE: usize = 400;
+/// With AVX-512: the most outputs per channel of a stride-1 conv of 16 output channels
+/// per group that runs here (see [`fits_spatial`]).
+const HALF_BLOCK_PLANE: usize = 4096;
 /// Multiply-adds below which a conv runs on the calling thread.
 const SERIAL_WORK: usize = 1 << 20;
 /// Positions per task (whole tiles), so that large planes with few output channels
@@ -96,8 +99,20 @@ fn runs_pointwise(g: &Win3, mg: usize, cg: usize) -> bool {
 
 /// Whether [`conv`] runs this conv here: a 2-D conv of stride 1 or 2 with a kernel
 /// larger than 1x1 and no negative padding, with 8 or more input channels per group
-/// and, with AVX-512, 32 or more output channels; with AVX2 only, 16 or more output
+/// and, with AVX-512, 32 or more output channels per group, or exactly 16 with
+/// stride 2 or at most [`HALF_BLOCK_PLANE`] outputs; with AVX2 only, 16 or more output
 /// channels and more than 16 input channels per group (16 with stride 1).
+///
+/// Groups of 16 output channels fill one AVX-512 vector per position (tiles of 24
+/// outputs × 16 channels), where the direct conv's 12-channel tiles take 12 + 4:
+/// `tools/ab_kernels.py` on a Zen 4 (here / direct conv, median of 3 alternating
+/// rounds), RegNet-Y-800MF's groups of 16, stride 2 from 112x112 0.89, from 56x56
+/// 0.82, from 14x14 0.71, stride 1 at 28x28 0.85, 14x14 0.76; a 128->64 conv in 4
+/// groups at 28x28 0.86; 16->16 stride 2 from 160x160 0.94, stride 1 at 56x56 0.93,
+/// but at 80x80 1.05 and YOLOv8n's 16->16 at 160x160 1.10 (its wide rows fill the
+/// direct conv's 32-position tiles). Other channel counts below 32 lose here: 24 per
+/// group at 28x28 1.22, 20 1.45, 8 (RegNet's 64 in groups of 8 at 56x56) 1.80,
+/// 16->24 at 80x80 1.40.
 ///
 /// With AVX2 on a Zen 3 (time here, with weight rows in blocks, / direct conv, median
 /// of 7 alternating rounds): ResNet-50's 3x3 stride 2 from 56x56 0.74, from 28x28
@@ -121,7 +136,9 @@ fn runs_pointwise(g: &Win3, mg: usize, cg: usize) -> bool {
 /// with few input channels stay on the direct kernel.
 pub(crate) fn fits_spatial(g: &Win3, mg: usize, cg: usize) -> bool {
     let on_isa = match crate::cpu::conv_isa() {
-        Some(Isa::Avx512) => mg >= CR,
+        Some(Isa::Avx512) => {
+            mg >= CR || mg == CR / 2 && (g.stride[2] == 2 || g.out_vol() <= HALF_BLOCK_PLANE)
+        }
         Some(Isa::Avx2Fma) => mg >= CR_AVX2 && (cg > 16 || cg == 16 && g.stride == [1; 3]),
         None => false,
     };
@@ -853,6 +870,9 @@ mod tests {
             // Dilated, with more than 16 input channels (AVX2 takes them too).
             (1, 20, 40, 1, win(13, 12, [3, 3], 1, 3, [3, 2, 3, 4])),
             (1, 24, 32, 1, win(15, 15, [3, 3], 2, 2, [2; 4])),
+            // 16 output channels per group (AVX-512: one half block), stride 2 and 1.
+            (1, 64, 64, 4, win(14, 13, [3, 3], 2, 1, [1; 4])),
+            (2, 96, 32, 2, win(9, 11, [3, 3], 1, 1, [1, 0, 2, 1])),
         ];
         let mut ran = 0;
         for (i, &(n, c, m, group, g)) in cases.iter().enumerate() {
