@@ -134,6 +134,8 @@ pub const CONV_SHAPES: &[ConvShape] = &[
     conv("mbv2_dw3x3_960_7", 960, 960, 960, 3, 1, 1, 7),
     conv("mbv2_dw3x3s2_144_56", 144, 144, 144, 3, 2, 1, 56),
     conv("mbv2_dw3x3_192_28", 192, 192, 192, 3, 1, 1, 28),
+    conv("mbv2_dw3x3s2_192_28", 192, 192, 192, 3, 2, 1, 28),
+    conv("mbv2_dw3x3s2_576_14", 576, 576, 576, 3, 2, 1, 14),
     conv("mbv3_dw3x3_672_14", 672, 672, 672, 3, 1, 1, 14),
     conv("mbv3_dw5x5_960_7", 960, 960, 960, 5, 1, 2, 7),
     // SSDlite's first class head: 546 output channels over a 20x20 map.

@@ -49,6 +49,8 @@ pub(crate) struct Derived {
     transposed: std::sync::OnceLock<Vec<f32>>,
     /// A depthwise conv's weights in blocks of channels for [`super::conv_dw`].
     depthwise: std::sync::OnceLock<Vec<f32>>,
+    /// The weights' Winograd transforms for [`super::conv_winograd`].
+    winograd: std::sync::OnceLock<Vec<Vec<f32>>>,
     /// The weights' taps `(rows, columns)` of the bands of a padding-heavy conv
     /// ([`padding_bands`]), copied out once, with what their kernels derive from them.
     band_taps: BandTaps,
@@ -507,7 +509,13 @@ fn conv_f32(
     let [n, c, m, group] = dims;
     let kdim = c / group * g.k_vol();
     let (mg, cg) = (m / group, c / group);
-    if super::packed_gemm::conv_prefers(isa, g, mg, kdim) && !super::channel_lanes::fits(g, mg, cg)
+    if super::conv_winograd::fits(g, c, m, group) {
+        let pack = || super::conv_winograd::pack_weights(w, m, c);
+        let mut fresh = None;
+        let packed = kept_or_fresh(derived.map(|d| &d.winograd), &mut fresh, pack);
+        super::conv_winograd::conv(packed, x, bias, y, n, c, m, g, tail);
+    } else if super::packed_gemm::conv_prefers(isa, g, mg, kdim)
+        && !super::channel_lanes::fits(g, mg, cg)
     {
         let pack = || super::packed_gemm::pack_conv_weights(isa, w, m, group, kdim);
         let mut fresh = None;

@@ -14,6 +14,7 @@ pub(crate) mod channel_lanes;
 pub(crate) mod conv;
 pub(crate) mod conv_direct;
 pub(crate) mod conv_dw;
+pub(crate) mod conv_winograd;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod dw_rows;
 pub(crate) mod elementwise;

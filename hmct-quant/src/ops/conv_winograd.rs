@@ -1,0 +1,380 @@
+//! 3x3 stride-1 f32 convs by Winograd's minimal filtering F(2x2, 3x3): each 2x2 block
+//! of outputs (a *tile*) from a 4x4 block of input with 16 multiplies per input and
+//! output channel, where the direct form takes 36.
+//!
+//! The direct kernels run these convs at about 90% of the FMA peak, where onnxruntime
+//! runs them too; fewer multiply-adds is the one way past that. The input of each tile
+//! is transformed (`Bᵀ d B`) into 16 values, one per *frequency*; per frequency the
+//! products over input channels are a pointwise conv of the transformed input with the
+//! transformed weights (`G g Gᵀ`, made once per weight), run by the channel-lanes
+//! kernel over the tiles as positions; the 16 sums of a tile are transformed back
+//! (`Aᵀ m A`) into its four outputs, plus the bias. Tiles go in chunks of whole tile
+//! rows, sized so that the transformed input and sums stay in cache.
+//!
+//! The sums differ from the direct form's by rounding (the transforms add and
+//! subtract inputs before the products and sums after them): within a few units in the
+//! last place of the largest products, far inside the tolerances against onnxruntime.
+//! The order is fixed by the shapes alone, so the results do not depend on the thread
+//! count, and a model's full and incremental runs, which run the same kernel on the
+//! same values, give the same bits.
+
+use rayon::prelude::*;
+
+use super::gemm_util::SendPtr;
+use super::window::{Win3, split_row_stride2};
+
+/// Frequencies per tile: the 4x4 transformed input.
+const FREQS: usize = 16;
+/// Transformed input values (channels × tiles) per chunk at most, which sets the
+/// tiles of a chunk: with the sums (output channels × tiles) it stays within a core's
+/// L2 cache. Fixed, so results never depend on threads.
+const CHUNK_VALUES: usize = 1 << 13;
+/// Fewest tiles per chunk, so that each pointwise product has rows to fill its
+/// register tiles.
+const MIN_TILES: usize = 48;
+
+/// Whether [`conv`] runs this conv: 2-D, 3x3, stride 1, no dilation, pads not negative,
+/// one group, and as many channels as the channel-lanes kernel takes for a pointwise
+/// conv (with AVX-512 or AVX2).
+pub(crate) fn fits(g: &Win3, c: usize, m: usize, group: usize) -> bool {
+    group == 1
+        && g.input[0] == 1
+        && g.out[0] == 1
+        && g.kernel == [1, 3, 3]
+        && g.stride == [1; 3]
+        && g.dil == [1; 3]
+        && g.pad.iter().all(|&p| p >= 0)
+        && c >= 32
+        && m >= 32
+        && crate::cpu::conv_isa().is_some()
+        && enabled()
+}
+
+/// Whether Winograd convs are on: unless the environment variable
+/// `HMCT_CONV_WINOGRAD` is `off`, for runs that must give the direct form's sums
+/// (and to time the two against each other).
+fn enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("HMCT_CONV_WINOGRAD").as_deref() != Ok("off"))
+}
+
+/// The transformed weights `U = G g Gᵀ` of `w` (`[m, c, 3, 3]`), one `[m, c]` matrix per
+/// frequency, each packed for the channel-lanes kernel. The transform runs in f64, so
+/// each value is the exact one rounded once.
+pub(crate) fn pack_weights(w: &[f32], m: usize, c: usize) -> Vec<Vec<f32>> {
+    let mut u = vec![vec![0.0f32; m * c]; FREQS];
+    for (oc, g) in w.chunks_exact(9).enumerate() {
+        let g: Vec<f64> = g.iter().map(|&v| v as f64).collect();
+        // G g: rows g0, (g0 + g1 + g2) / 2, (g0 - g1 + g2) / 2, g2 of the kernel's rows.
+        let gg = |col: usize| {
+            let (a, b, c) = (g[col], g[3 + col], g[6 + col]);
+            [a, (a + b + c) / 2.0, (a - b + c) / 2.0, c]
+        };
+        let cols = [gg(0), gg(1), gg(2)];
+        for i in 0..4 {
+            let (a, b, c) = (cols[0][i], cols[1][i], cols[2][i]);
+            let row = [a, (a + b + c) / 2.0, (a - b + c) / 2.0, c];
+            for (j, v) in row.into_iter().enumerate() {
+                u[4 * i + j][oc] = v as f32;
+            }
+        }
+    }
+    u.iter()
+        .map(|uf| super::channel_lanes::pack_weights(uf, m, 1, c))
+        .collect()
+}
+
+/// `y = conv(x, w) + bias` for f32 NCHW data of a conv [`fits`] accepts, with `packed`
+/// from [`pack_weights`]; `y` is written in full and `tail` run on it.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn conv(
+    packed: &[Vec<f32>],
+    x: &[f32],
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    n: usize,
+    c: usize,
+    m: usize,
+    g: &Win3,
+    tail: Option<&crate::fusion::Tail>,
+) {
+    let [_, oh, ow] = g.out;
+    let (th, tw) = (oh.div_ceil(2), ow.div_ceil(2));
+    let per_chunk = (CHUNK_VALUES / c).max(MIN_TILES);
+    let chunk_rows = per_chunk.div_ceil(tw).clamp(1, th);
+    let chunks = th.div_ceil(chunk_rows);
+    assert!(x.len() >= n * c * g.in_vol() && y.len() >= n * m * g.out_vol());
+    let yp = SendPtr(y.as_mut_ptr());
+    let task = |t: usize| {
+        let yp = &yp;
+        let (b, k) = (t / chunks, t % chunks);
+        let rows = k * chunk_rows..((k + 1) * chunk_rows).min(th);
+        let tiles = rows.len() * tw;
+        let xb = &x[b * c * g.in_vol()..][..c * g.in_vol()];
+        let mut v = crate::buffers::take::<f32>(FREQS * c * tiles);
+        let mut sums = crate::buffers::take::<f32>(FREQS * m * tiles);
+        transform_input(xb, c, g, rows.clone(), &mut v);
+        let pointwise = Win3 {
+            input: [1, 1, tiles],
+            out: [1, 1, tiles],
+            kernel: [1; 3],
+            stride: [1; 3],
+            dil: [1; 3],
+            pad: [0; 3],
+        };
+        for f in 0..FREQS {
+            let (vf, sf) = (
+                &v[f * c * tiles..][..c * tiles],
+                &mut sums[f * m * tiles..][..m * tiles],
+            );
+            super::channel_lanes::conv(&packed[f], vf, None, sf, 1, c, m, 1, &pointwise, None);
+        }
+        // Output rows of the chunk's tiles, in each channel plane of image b.
+        let out_rows = 2 * rows.start..(2 * rows.end).min(oh);
+        let first = (b * m) * g.out_vol() + out_rows.start * ow;
+        // SAFETY: output rows `out_rows` of every channel of image `b` belong to this
+        // task alone (tasks split images and tile rows), inside `y` (checked above).
+        unsafe {
+            transform_output(
+                &sums,
+                m,
+                tiles,
+                tw,
+                bias,
+                ow,
+                g.out_vol(),
+                out_rows.len(),
+                yp.0.add(first),
+            )
+        };
+        if let Some(tail) = tail {
+            // SAFETY: the same outputs, this task's alone.
+            unsafe { tail.apply_runs(yp.0, first, m, out_rows.len() * ow, g.out_vol()) };
+        }
+        crate::buffers::give_vec(v);
+        crate::buffers::give_vec(sums);
+    };
+    let tasks = n * chunks;
+    if tasks == 1 || !crate::par::enabled() {
+        (0..tasks).for_each(task);
+    } else {
+        (0..tasks).into_par_iter().for_each(task);
+    }
+}
+
+/// Writes `Bᵀ d B` of every tile of tile rows `rows` of each of the `c` channel planes
+/// of `xb` into `v`: frequency `f`, channel `ci`, tile `t` (from the chunk's first, row
+/// by row) at `(f·c + ci)·tiles + t`. Tile `(r, j)` reads padded rows `2r .. 2r + 4`,
+/// columns `2j .. 2j + 4`; what lies outside the padded extent the outputs read is zero.
+fn transform_input(xb: &[f32], c: usize, g: &Win3, rows: std::ops::Range<usize>, v: &mut [f32]) {
+    let [_, ih, iw] = g.input;
+    let [_, oh, ow] = g.out;
+    let (ph, pw) = (g.pad[1] as usize, g.pad[2] as usize);
+    let tw = ow.div_ceil(2);
+    let tiles = rows.len() * tw;
+    // Padded extent the outputs read: input rows and columns inside it.
+    let (eh, ew) = (oh + 2, ow + 2);
+    let (rows_in, cols_in) = (ih.min(eh.saturating_sub(ph)), iw.min(ew.saturating_sub(pw)));
+    // Per input row of a tile: its even and odd padded columns (tw + 1 each).
+    let phase = tw + 1;
+    let mut split = vec![0.0f32; 8 * phase];
+    let mut q = vec![0.0f32; FREQS * tw];
+    for ci in 0..c {
+        let plane = &xb[ci * ih * iw..][..ih * iw];
+        for (ri, r) in rows.clone().enumerate() {
+            for i in 0..4 {
+                let (even, odd) = split[2 * i * phase..][..2 * phase].split_at_mut(phase);
+                even.fill(0.0);
+                odd.fill(0.0);
+                if let Some(h) = (2 * r + i).checked_sub(ph).filter(|&h| h < rows_in) {
+                    split_row_stride2(&plane[h * iw..][..cols_in], pw, even, odd);
+                }
+            }
+            columns(&split, phase, tw, &mut q);
+            let at = |f: usize| (f * c + ci) * tiles + ri * tw;
+            for j in 0..4 {
+                let cols: [&[f32]; 4] = std::array::from_fn(|i| &q[(4 * i + j) * tw..][..tw]);
+                let mut outs = [0usize; 4];
+                for (i, o) in outs.iter_mut().enumerate() {
+                    *o = at(4 * i + j);
+                }
+                rows_of(cols, &mut *v, outs, tw);
+            }
+        }
+    }
+}
+
+/// `d B` for the four input rows of a row of tiles: `q[(4i + j)·tw + t]` is column
+/// `j` of row `i` of tile `t`, from the rows' even and odd phases in `split`.
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
+fn columns(split: &[f32], phase: usize, tw: usize, q: &mut [f32]) {
+    for i in 0..4 {
+        let even = &split[2 * i * phase..][..phase];
+        let odd = &split[(2 * i + 1) * phase..][..phase];
+        let (d0, d1, d2, d3) = (&even[..tw], &odd[..tw], &even[1..=tw], &odd[1..=tw]);
+        let (q01, q23) = q[4 * i * tw..][..4 * tw].split_at_mut(2 * tw);
+        let (q0, q1) = q01.split_at_mut(tw);
+        let (q2, q3) = q23.split_at_mut(tw);
+        for t in 0..tw {
+            q0[t] = d0[t] - d2[t];
+            q1[t] = d1[t] + d2[t];
+            q2[t] = d2[t] - d1[t];
+            q3[t] = d1[t] - d3[t];
+        }
+    }
+}
+
+/// `Bᵀ q` for one column `j` of a row of tiles: `cols[i]` is row `i`'s column;
+/// row `i` of the result goes to `v[outs[i] ..][.. tw]`.
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
+fn rows_of(cols: [&[f32]; 4], v: &mut [f32], outs: [usize; 4], tw: usize) {
+    let [c0, c1, c2, c3] = cols;
+    for t in 0..tw {
+        let (a, b, c, d) = (c0[t], c1[t], c2[t], c3[t]);
+        v[outs[0] + t] = a - c;
+        v[outs[1] + t] = b + c;
+        v[outs[2] + t] = c - b;
+        v[outs[3] + t] = b - d;
+    }
+}
+
+/// `Aᵀ m A` plus the bias for every tile of a chunk: `sums` holds frequency `f`, output
+/// channel `o`, tile `t` at `(f·m + o)·tiles + t`; the outputs go to `out`, channel `o`'s
+/// `out_rows` rows of `ow` from `out + o·out_vol` (the last row or column of an edge
+/// tile past the output is dropped).
+///
+/// # Safety
+/// Those rows are the caller's to write, and nothing else accesses them during the
+/// call.
+#[allow(clippy::too_many_arguments)]
+unsafe fn transform_output(
+    sums: &[f32],
+    m: usize,
+    tiles: usize,
+    tw: usize,
+    bias: Option<&[f32]>,
+    ow: usize,
+    out_vol: usize,
+    out_rows: usize,
+    out: *mut f32,
+) {
+    let mut lines = vec![0.0f32; 4 * tw];
+    for o in 0..m {
+        let start = bias.map_or(0.0, |b| b[o]);
+        for r in 0..out_rows.div_ceil(2) {
+            let freq = |f: usize| &sums[(f * m + o) * tiles + r * tw..][..tw];
+            let m16: [&[f32]; FREQS] = std::array::from_fn(freq);
+            back(&m16, start, &mut lines, tw);
+            for k in 0..2.min(out_rows - 2 * r) {
+                // SAFETY: a row of channel `o` the caller gave.
+                let dst = unsafe {
+                    std::slice::from_raw_parts_mut(out.add(o * out_vol + (2 * r + k) * ow), ow)
+                };
+                interleave(
+                    &lines[2 * k * tw..][..tw],
+                    &lines[(2 * k + 1) * tw..][..tw],
+                    dst,
+                );
+            }
+        }
+    }
+}
+
+/// The four outputs of each tile of a row of tiles: `lines[(2k + l)·tw + t]` is output
+/// row `k`, column `l` of tile `t`.
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
+fn back(m: &[&[f32]; FREQS], start: f32, lines: &mut [f32], tw: usize) {
+    let (y0, rest) = lines.split_at_mut(tw);
+    let (y1, rest) = rest.split_at_mut(tw);
+    let (y2, y3) = rest.split_at_mut(tw);
+    for t in 0..tw {
+        let s: [f32; 4] = std::array::from_fn(|j| m[j][t] + m[4 + j][t] + m[8 + j][t]);
+        let d: [f32; 4] = std::array::from_fn(|j| m[4 + j][t] - m[8 + j][t] - m[12 + j][t]);
+        y0[t] = start + (s[0] + s[1] + s[2]);
+        y1[t] = start + (s[1] - s[2] - s[3]);
+        y2[t] = start + (d[0] + d[1] + d[2]);
+        y3[t] = start + (d[1] - d[2] - d[3]);
+    }
+}
+
+/// `dst[2t] = a[t]`, `dst[2t + 1] = b[t]`, as far as `dst` goes.
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
+fn interleave(a: &[f32], b: &[f32], dst: &mut [f32]) {
+    let pairs = dst.len() / 2;
+    for (t, pair) in dst[..2 * pairs].chunks_exact_mut(2).enumerate() {
+        pair[0] = a[t];
+        pair[1] = b[t];
+    }
+    if dst.len() % 2 == 1 {
+        dst[2 * pairs] = a[pairs];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Within rounding of the direct conv's sums, on odd and even planes, uneven and
+    /// wide pads, several chunks of tile rows, a batch, with and without a bias: each
+    /// output within `1e-5` of the sum of its products' magnitudes (the direct conv of
+    /// `|x|` by `|w|`), where a wrong tap or transform is off by whole products.
+    #[test]
+    fn matches_the_direct_conv_within_rounding() {
+        let Some(isa) = crate::cpu::conv_isa() else {
+            return;
+        };
+        let values = super::super::conv_direct::tests::values;
+        let win = |h: usize, w: usize, p: [usize; 4]| Win3 {
+            input: [1, h, w],
+            out: [1, h + p[0] + p[2] - 2, w + p[1] + p[3] - 2],
+            kernel: [1, 3, 3],
+            stride: [1; 3],
+            dil: [1; 3],
+            pad: [0, p[0] as isize, p[1] as isize],
+        };
+        // (images, input channels, output channels, window)
+        let cases = [
+            (1, 32, 32, win(8, 8, [1; 4])),
+            (2, 40, 48, win(9, 7, [1, 0, 2, 1])),
+            (1, 64, 96, win(17, 30, [0; 4])),
+            (1, 33, 35, win(5, 6, [2; 4])),
+            (1, 32, 64, win(40, 41, [1; 4])),
+        ];
+        for (i, &(n, c, m, g)) in cases.iter().enumerate() {
+            assert!(fits(&g, c, m, 1), "case {i}");
+            let seed = 7 * i as u64;
+            let x = values(n * c * g.in_vol(), seed);
+            let w = values(m * c * 9, seed + 1);
+            let bias = values(m, seed + 2);
+            let packed = pack_weights(&w, m, c);
+            let abs = |v: &[f32]| v.iter().map(|a| a.abs()).collect::<Vec<f32>>();
+            let mut magnitude = vec![0.0f32; n * m * g.out_vol()];
+            let (xa, wa, ba) = (abs(&x), abs(&w), abs(&bias));
+            super::super::conv_direct::conv(
+                isa,
+                &xa,
+                &wa,
+                Some(&ba),
+                &mut magnitude,
+                n,
+                c,
+                m,
+                1,
+                &g,
+                None,
+            );
+            for b in [None, Some(&bias[..])] {
+                let mut want = vec![0.0f32; n * m * g.out_vol()];
+                super::super::conv_direct::conv(isa, &x, &w, b, &mut want, n, c, m, 1, &g, None);
+                let mut got = vec![f32::NAN; want.len()];
+                conv(&packed, &x, b, &mut got, n, c, m, &g, None);
+                for (j, ((a, e), mag)) in got.iter().zip(&want).zip(&magnitude).enumerate() {
+                    assert!(
+                        (a - e).abs() <= 1e-5 * mag,
+                        "case {i}, output {j}: {a} vs {e} (magnitude {mag})"
+                    );
+                }
+            }
+        }
+    }
+}
