@@ -164,6 +164,13 @@ pub const CONV_SHAPES: &[ConvShape] = &[
     // 16 output channels (per group), where the channel-lanes kernel's tiles of 16
     // channels and the direct conv's of 12 trade places with the plane's size.
     conv("yolo_3x3_16to16_160", 16, 16, 1, 3, 1, 1, 160),
+    // Where Winograd convs start to pay (`conv_winograd::fits`).
+    conv("edge_3x3_32to64_80", 32, 64, 1, 3, 1, 1, 80),
+    conv("edge_3x3_48to48_80", 48, 48, 1, 3, 1, 1, 80),
+    conv("edge_3x3_32to32_40", 32, 32, 1, 3, 1, 1, 40),
+    conv("edge_3x3_64to64_40", 64, 64, 1, 3, 1, 1, 40),
+    // The PP-OCRv4 detector's head: 96 channels at 160x160.
+    conv("ppocr_3x3_96to96_160", 96, 96, 1, 3, 1, 1, 160),
     conv("edge_3x3_16to16_80", 16, 16, 1, 3, 1, 1, 80),
     conv("edge_3x3_16to16_56", 16, 16, 1, 3, 1, 1, 56),
     conv("edge_3x3s2_16to16_160", 16, 16, 1, 3, 2, 1, 160),
