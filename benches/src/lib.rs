@@ -169,6 +169,10 @@ pub const CONV_SHAPES: &[ConvShape] = &[
     conv("edge_3x3_48to48_80", 48, 48, 1, 3, 1, 1, 80),
     conv("edge_3x3_32to32_40", 32, 32, 1, 3, 1, 1, 40),
     conv("edge_3x3_64to64_40", 64, 64, 1, 3, 1, 1, 40),
+    conv("onet_3x3_32to64_23", 32, 64, 1, 3, 1, 0, 23),
+    conv("edge_3x3_64to64_14", 64, 64, 1, 3, 1, 1, 14),
+    conv("edge_3x3_64to64_28", 64, 64, 1, 3, 1, 1, 28),
+    conv("edge_3x3_128to128_14", 128, 128, 1, 3, 1, 1, 14),
     // The PP-OCRv4 detector's head: 96 channels at 160x160.
     conv("ppocr_3x3_96to96_160", 96, 96, 1, 3, 1, 1, 160),
     conv("edge_3x3_16to16_80", 16, 16, 1, 3, 1, 1, 80),

@@ -34,13 +34,18 @@ const CHUNK_VALUES: usize = 1 << 13;
 const MIN_TILES: usize = 48;
 
 /// Whether [`conv`] runs this conv: 2-D, 3x3, stride 1, no dilation, pads not negative,
-/// one group, 32 or more input and output channels and 2048 or more pairs of them
-/// (with AVX-512 or AVX2, for the channel-lanes kernel), unless turned off.
+/// one group, 32 or more input and output channels, and enough of them for the plane
+/// ([`worth_it`]; with AVX-512 or AVX2, for the channel-lanes kernel), unless turned
+/// off.
 ///
-/// With fewer channels the transforms weigh more against the products:
-/// `tools/ab_kernels.py` on a Zen 4 (here / the direct kernels, median of 3
-/// alternating rounds), 32->32 at 80x80 1.04, at 40x40 1.15; 32->64 at 80x80 0.93,
-/// 48->48 0.84, 64->64 at 40x40 0.83, 96->96 at 160x160 0.67.
+/// With fewer channels or outputs the transforms and fixed costs weigh more against
+/// the products: `tools/ab_kernels.py` on a Zen 4 (here / the direct kernels, median
+/// of 3 alternating rounds), 32->32 at 80x80 1.00, at 40x40 1.15; MTCNN O-Net's 32->64
+/// at 21x21 1.07 (and its 64->64 at 8x8 0.063 against 0.049 ms per run in the model);
+/// 32->64 at 80x80 0.87, 48->48 0.81; 64->64 at 14x14 0.94, 28x28 0.84,
+/// 40x40 0.78; 128->128 at 14x14 0.77; ResNet-50's 3x3 at 56x56 0.74, 28x28 0.68,
+/// 14x14 0.69, 7x7 0.89; YOLO's 64->80 and 80->80 at 80x80 0.68, 80->80 at 40x40 0.72;
+/// the PP-OCRv4 head's 96->96 at 160x160 0.67.
 pub(crate) fn fits(g: &Win3, c: usize, m: usize, group: usize) -> bool {
     group == 1
         && g.input[0] == 1
@@ -51,9 +56,15 @@ pub(crate) fn fits(g: &Win3, c: usize, m: usize, group: usize) -> bool {
         && g.pad.iter().all(|&p| p >= 0)
         && c >= 32
         && m >= 32
-        && c * m >= 2048
+        && worth_it(c * m, g.out_vol())
         && crate::cpu::conv_isa().is_some()
         && enabled()
+}
+
+/// Whether `pairs` input × output channel pairs on a plane of `plane` outputs save more
+/// multiply-adds than the transforms and the 16 products' fixed costs take.
+fn worth_it(pairs: usize, plane: usize) -> bool {
+    pairs >= 16384 || pairs >= 4096 && plane >= 144 || pairs >= 2048 && plane >= 1600
 }
 
 /// Whether Winograd convs are on: unless the environment variable
@@ -107,7 +118,7 @@ pub(crate) fn conv(
     let [_, oh, ow] = g.out;
     let (th, tw) = (oh.div_ceil(2), ow.div_ceil(2));
     let per_chunk = (CHUNK_VALUES / c).max(MIN_TILES);
-    let chunk_rows = per_chunk.div_ceil(tw).clamp(1, th);
+    let chunk_rows = per_chunk.div_ceil(tw + 1).clamp(1, th);
     let chunks = th.div_ceil(chunk_rows);
     assert!(x.len() >= n * c * g.in_vol() && y.len() >= n * m * g.out_vol());
     let yp = SendPtr(y.as_mut_ptr());
@@ -115,14 +126,19 @@ pub(crate) fn conv(
         let yp = &yp;
         let (b, k) = (t / chunks, t % chunks);
         let rows = k * chunk_rows..((k + 1) * chunk_rows).min(th);
-        let tiles = rows.len() * tw;
+        // Each row of tiles takes `tw + 1` slots, the last a tile past the output
+        // whose sums are dropped: then the transforms run over the chunk's slots in
+        // one stretch, where per row of 7 or 14 tiles their loops were mostly the
+        // remainder of a vector (MTCNN O-Net's 32->64 conv at 21x21 ran 1.6x slower
+        // than the direct conv).
+        let slots = rows.len() * (tw + 1);
         let xb = &x[b * c * g.in_vol()..][..c * g.in_vol()];
-        let mut v = crate::buffers::take::<f32>(FREQS * c * tiles);
-        let mut sums = crate::buffers::take::<f32>(FREQS * m * tiles);
+        let mut v = crate::buffers::take::<f32>(FREQS * c * slots);
+        let mut sums = crate::buffers::take::<f32>(FREQS * m * slots);
         transform_input(xb, c, g, rows.clone(), &mut v);
         let pointwise = Win3 {
-            input: [1, 1, tiles],
-            out: [1, 1, tiles],
+            input: [1, 1, slots],
+            out: [1, 1, slots],
             kernel: [1; 3],
             stride: [1; 3],
             dil: [1; 3],
@@ -130,8 +146,8 @@ pub(crate) fn conv(
         };
         for f in 0..FREQS {
             let (vf, sf) = (
-                &v[f * c * tiles..][..c * tiles],
-                &mut sums[f * m * tiles..][..m * tiles],
+                &v[f * c * slots..][..c * slots],
+                &mut sums[f * m * slots..][..m * slots],
             );
             super::channel_lanes::conv(&packed[f], vf, None, sf, 1, c, m, 1, &pointwise, None);
         }
@@ -144,7 +160,7 @@ pub(crate) fn conv(
             transform_output(
                 &sums,
                 m,
-                tiles,
+                slots,
                 tw,
                 bias,
                 ow,
@@ -169,85 +185,87 @@ pub(crate) fn conv(
 }
 
 /// Writes `Bᵀ d B` of every tile of tile rows `rows` of each of the `c` channel planes
-/// of `xb` into `v`: frequency `f`, channel `ci`, tile `t` (from the chunk's first, row
-/// by row) at `(f·c + ci)·tiles + t`. Tile `(r, j)` reads padded rows `2r .. 2r + 4`,
-/// columns `2j .. 2j + 4`; what lies outside the padded extent the outputs read is zero.
+/// of `xb` into `v`: frequency `f`, channel `ci`, slot `u` at `(f·c + ci)·slots + u`,
+/// where tile `(r, j)` of the chunk is slot `r·(tw + 1) + j` (see [`conv`]). Tile
+/// `(r, j)` reads padded rows `2r .. 2r + 4`, columns `2j .. 2j + 4`; what lies outside
+/// the padded extent the outputs read is zero.
 fn transform_input(xb: &[f32], c: usize, g: &Win3, rows: std::ops::Range<usize>, v: &mut [f32]) {
     let [_, ih, iw] = g.input;
     let [_, oh, ow] = g.out;
     let (ph, pw) = (g.pad[1] as usize, g.pad[2] as usize);
-    let tw = ow.div_ceil(2);
-    let tiles = rows.len() * tw;
+    let phase = ow.div_ceil(2) + 1;
+    let slots = rows.len() * phase;
     // Padded extent the outputs read: input rows and columns inside it.
     let (eh, ew) = (oh + 2, ow + 2);
     let (rows_in, cols_in) = (ih.min(eh.saturating_sub(ph)), iw.min(ew.saturating_sub(pw)));
-    // Per input row of a tile: its even and odd padded columns (tw + 1 each).
-    let phase = tw + 1;
-    let mut split = vec![0.0f32; 8 * phase];
-    let mut q = vec![0.0f32; FREQS * tw];
+    // Row `i` of every tile row: the even and odd padded columns of padded row
+    // `2r + i`, `phase` of each per tile row, and one more for the last slot's shift.
+    let mut split = vec![0.0f32; 8 * (slots + 1)];
+    let mut q = vec![0.0f32; FREQS * slots];
     for ci in 0..c {
         let plane = &xb[ci * ih * iw..][..ih * iw];
-        for (ri, r) in rows.clone().enumerate() {
-            for i in 0..4 {
-                let (even, odd) = split[2 * i * phase..][..2 * phase].split_at_mut(phase);
+        for i in 0..4 {
+            let (even, odd) =
+                split[2 * i * (slots + 1)..][..2 * (slots + 1)].split_at_mut(slots + 1);
+            for (ri, r) in rows.clone().enumerate() {
+                let (even, odd) = (
+                    &mut even[ri * phase..][..phase],
+                    &mut odd[ri * phase..][..phase],
+                );
                 even.fill(0.0);
                 odd.fill(0.0);
                 if let Some(h) = (2 * r + i).checked_sub(ph).filter(|&h| h < rows_in) {
                     split_row_stride2(&plane[h * iw..][..cols_in], pw, even, odd);
                 }
             }
-            columns(&split, phase, tw, &mut q);
-            let at = |f: usize| (f * c + ci) * tiles + ri * tw;
-            for j in 0..4 {
-                let cols: [&[f32]; 4] = std::array::from_fn(|i| &q[(4 * i + j) * tw..][..tw]);
-                let mut outs = [0usize; 4];
-                for (i, o) in outs.iter_mut().enumerate() {
-                    *o = at(4 * i + j);
-                }
-                rows_of(cols, &mut *v, outs, tw);
-            }
+        }
+        columns(&split, slots, &mut q);
+        for j in 0..4 {
+            let cols: [&[f32]; 4] = std::array::from_fn(|i| &q[(4 * i + j) * slots..][..slots]);
+            let outs: [usize; 4] = std::array::from_fn(|i| ((4 * i + j) * c + ci) * slots);
+            rows_of(cols, &mut *v, outs, slots);
         }
     }
 }
 
-/// `d B` for the four input rows of a row of tiles: `q[(4i + j)·tw + t]` is column
-/// `j` of row `i` of tile `t`, from the rows' even and odd phases in `split`.
+/// `d B` over a chunk's slots: `q[(4i + j)·slots + u]` is column `j` of row `i` of slot
+/// `u`'s tile, from row `i`'s even and odd phases in `split` (`slots + 1` values each).
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
-fn columns(split: &[f32], phase: usize, tw: usize, q: &mut [f32]) {
+fn columns(split: &[f32], slots: usize, q: &mut [f32]) {
     for i in 0..4 {
-        let even = &split[2 * i * phase..][..phase];
-        let odd = &split[(2 * i + 1) * phase..][..phase];
-        let (d0, d1, d2, d3) = (&even[..tw], &odd[..tw], &even[1..=tw], &odd[1..=tw]);
-        let (q01, q23) = q[4 * i * tw..][..4 * tw].split_at_mut(2 * tw);
-        let (q0, q1) = q01.split_at_mut(tw);
-        let (q2, q3) = q23.split_at_mut(tw);
-        for t in 0..tw {
-            q0[t] = d0[t] - d2[t];
-            q1[t] = d1[t] + d2[t];
-            q2[t] = d2[t] - d1[t];
-            q3[t] = d1[t] - d3[t];
+        let even = &split[2 * i * (slots + 1)..][..slots + 1];
+        let odd = &split[(2 * i + 1) * (slots + 1)..][..slots + 1];
+        let (d0, d1, d2, d3) = (&even[..slots], &odd[..slots], &even[1..], &odd[1..]);
+        let (q01, q23) = q[4 * i * slots..][..4 * slots].split_at_mut(2 * slots);
+        let (q0, q1) = q01.split_at_mut(slots);
+        let (q2, q3) = q23.split_at_mut(slots);
+        for u in 0..slots {
+            q0[u] = d0[u] - d2[u];
+            q1[u] = d1[u] + d2[u];
+            q2[u] = d2[u] - d1[u];
+            q3[u] = d1[u] - d3[u];
         }
     }
 }
 
-/// `Bᵀ q` for one column `j` of a row of tiles: `cols[i]` is row `i`'s column;
-/// row `i` of the result goes to `v[outs[i] ..][.. tw]`.
+/// `Bᵀ q` for one column `j` over a chunk's slots: `cols[i]` is row `i`'s column; row
+/// `i` of the result goes to `v[outs[i] ..][.. slots]`.
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
-fn rows_of(cols: [&[f32]; 4], v: &mut [f32], outs: [usize; 4], tw: usize) {
+fn rows_of(cols: [&[f32]; 4], v: &mut [f32], outs: [usize; 4], slots: usize) {
     let [c0, c1, c2, c3] = cols;
-    for t in 0..tw {
-        let (a, b, c, d) = (c0[t], c1[t], c2[t], c3[t]);
-        v[outs[0] + t] = a - c;
-        v[outs[1] + t] = b + c;
-        v[outs[2] + t] = c - b;
-        v[outs[3] + t] = b - d;
+    for u in 0..slots {
+        let (a, b, c, d) = (c0[u], c1[u], c2[u], c3[u]);
+        v[outs[0] + u] = a - c;
+        v[outs[1] + u] = b + c;
+        v[outs[2] + u] = c - b;
+        v[outs[3] + u] = b - d;
     }
 }
 
 /// `Aᵀ m A` plus the bias for every tile of a chunk: `sums` holds frequency `f`, output
-/// channel `o`, tile `t` at `(f·m + o)·tiles + t`; the outputs go to `out`, channel `o`'s
-/// `out_rows` rows of `ow` from `out + o·out_vol` (the last row or column of an edge
-/// tile past the output is dropped).
+/// channel `o`, slot `u` at `(f·m + o)·slots + u` (tile `(r, j)` in slot `r·(tw + 1) +
+/// j`); the outputs go to `out`, channel `o`'s `out_rows` rows of `ow` from `out +
+/// o·out_vol` (the last row or column of an edge tile past the output is dropped).
 ///
 /// # Safety
 /// Those rows are the caller's to write, and nothing else accesses them during the
@@ -256,7 +274,7 @@ fn rows_of(cols: [&[f32]; 4], v: &mut [f32], outs: [usize; 4], tw: usize) {
 unsafe fn transform_output(
     sums: &[f32],
     m: usize,
-    tiles: usize,
+    slots: usize,
     tw: usize,
     bias: Option<&[f32]>,
     ow: usize,
@@ -264,42 +282,39 @@ unsafe fn transform_output(
     out_rows: usize,
     out: *mut f32,
 ) {
-    let mut lines = vec![0.0f32; 4 * tw];
+    let phase = tw + 1;
+    let mut lines = vec![0.0f32; 4 * slots];
     for o in 0..m {
         let start = bias.map_or(0.0, |b| b[o]);
+        let m16: [&[f32]; FREQS] = std::array::from_fn(|f| &sums[(f * m + o) * slots..][..slots]);
+        back(&m16, start, &mut lines, slots);
         for r in 0..out_rows.div_ceil(2) {
-            let freq = |f: usize| &sums[(f * m + o) * tiles + r * tw..][..tw];
-            let m16: [&[f32]; FREQS] = std::array::from_fn(freq);
-            back(&m16, start, &mut lines, tw);
             for k in 0..2.min(out_rows - 2 * r) {
                 // SAFETY: a row of channel `o` the caller gave.
                 let dst = unsafe {
                     std::slice::from_raw_parts_mut(out.add(o * out_vol + (2 * r + k) * ow), ow)
                 };
-                interleave(
-                    &lines[2 * k * tw..][..tw],
-                    &lines[(2 * k + 1) * tw..][..tw],
-                    dst,
-                );
+                let line = |l: usize| &lines[(2 * k + l) * slots + r * phase..][..tw];
+                interleave(line(0), line(1), dst);
             }
         }
     }
 }
 
-/// The four outputs of each tile of a row of tiles: `lines[(2k + l)·tw + t]` is output
-/// row `k`, column `l` of tile `t`.
+/// The four outputs of the tile in each slot: `lines[(2k + l)·slots + u]` is output
+/// row `k`, column `l` of slot `u`'s tile.
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
-fn back(m: &[&[f32]; FREQS], start: f32, lines: &mut [f32], tw: usize) {
-    let (y0, rest) = lines.split_at_mut(tw);
-    let (y1, rest) = rest.split_at_mut(tw);
-    let (y2, y3) = rest.split_at_mut(tw);
-    for t in 0..tw {
-        let s: [f32; 4] = std::array::from_fn(|j| m[j][t] + m[4 + j][t] + m[8 + j][t]);
-        let d: [f32; 4] = std::array::from_fn(|j| m[4 + j][t] - m[8 + j][t] - m[12 + j][t]);
-        y0[t] = start + (s[0] + s[1] + s[2]);
-        y1[t] = start + (s[1] - s[2] - s[3]);
-        y2[t] = start + (d[0] + d[1] + d[2]);
-        y3[t] = start + (d[1] - d[2] - d[3]);
+fn back(m: &[&[f32]; FREQS], start: f32, lines: &mut [f32], slots: usize) {
+    let (y0, rest) = lines.split_at_mut(slots);
+    let (y1, rest) = rest.split_at_mut(slots);
+    let (y2, y3) = rest.split_at_mut(slots);
+    for u in 0..slots {
+        let s: [f32; 4] = std::array::from_fn(|j| m[j][u] + m[4 + j][u] + m[8 + j][u]);
+        let d: [f32; 4] = std::array::from_fn(|j| m[4 + j][u] - m[8 + j][u] - m[12 + j][u]);
+        y0[u] = start + (s[0] + s[1] + s[2]);
+        y1[u] = start + (s[1] - s[2] - s[3]);
+        y2[u] = start + (d[0] + d[1] + d[2]);
+        y3[u] = start + (d[1] - d[2] - d[3]);
     }
 }
 
@@ -340,10 +355,10 @@ mod tests {
         };
         // (images, input channels, output channels, window)
         let cases = [
-            (1, 32, 64, win(8, 8, [1; 4])),
-            (2, 40, 56, win(9, 7, [1, 0, 2, 1])),
+            (1, 128, 128, win(8, 8, [1; 4])),
+            (2, 128, 130, win(9, 7, [1, 0, 2, 1])),
             (1, 64, 96, win(17, 30, [0; 4])),
-            (1, 33, 65, win(5, 6, [2; 4])),
+            (1, 129, 130, win(5, 6, [2; 4])),
             (1, 64, 32, win(40, 41, [1; 4])),
         ];
         for (i, &(n, c, m, g)) in cases.iter().enumerate() {
