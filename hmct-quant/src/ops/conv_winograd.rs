@@ -25,9 +25,9 @@ use super::window::{Win3, split_row_stride2};
 
 /// Frequencies per tile: the 4x4 transformed input.
 const FREQS: usize = 16;
-/// Transformed input values (channels × tiles) per chunk at most, which sets the
-/// tiles of a chunk: with the sums (output channels × tiles) it stays within a core's
-/// L2 cache. Fixed, so results never depend on threads.
+/// Input channels × tiles per chunk at most, which sets the tiles of a chunk: its
+/// transformed input (16 values per channel and tile, 512 KiB) and sums stay in or
+/// near a core's L2 cache. Fixed, so results never depend on threads.
 const CHUNK_VALUES: usize = 1 << 13;
 /// Fewest tiles per chunk, so that each pointwise product has rows to fill its
 /// register tiles.
@@ -81,7 +81,7 @@ fn enabled() -> bool {
 
 /// The transformed weights `U = G g Gᵀ` of `w` (`[m, c, 3, 3]`), one `[m, c]` matrix per
 /// frequency, each packed for the channel-lanes kernel. The transform runs in f64, so
-/// each value is the exact one rounded once.
+/// each value is rounded to f32 once, from sums far more precise than f32's.
 pub(crate) fn pack_weights(w: &[f32], m: usize, c: usize) -> Vec<Vec<f32>> {
     let mut u = vec![vec![0.0f32; m * c]; FREQS];
     for (oc, g) in w.chunks_exact(9).enumerate() {
