@@ -20,7 +20,7 @@
 
 use rayon::prelude::*;
 
-use super::gemm_util::SendPtr;
+use super::gemm_util::{Scalar, SendPtr};
 use super::window::{Win3, split_row_stride2};
 
 /// Frequencies per tile: the 4x4 transformed input.
@@ -85,7 +85,7 @@ fn enabled() -> bool {
 pub(crate) fn pack_weights(w: &[f32], m: usize, c: usize) -> Vec<Vec<f32>> {
     let mut u = vec![vec![0.0f32; m * c]; FREQS];
     for (oc, g) in w.chunks_exact(9).enumerate() {
-        let g: Vec<f64> = g.iter().map(|&v| v as f64).collect();
+        let g: [f64; 9] = std::array::from_fn(|i| g[i] as f64);
         // G g: rows g0, (g0 + g1 + g2) / 2, (g0 - g1 + g2) / 2, g2 of the kernel's rows.
         let gg = |col: usize| {
             let (a, b, c) = (g[col], g[3 + col], g[6 + col]);
@@ -204,32 +204,35 @@ fn transform_input(xb: &[f32], c: usize, g: &Win3, rows: std::ops::Range<usize>,
     let (rows_in, cols_in) = (ih.min(eh.saturating_sub(ph)), iw.min(ew.saturating_sub(pw)));
     // Row `i` of every tile row: the even and odd padded columns of padded row
     // `2r + i`, `phase` of each per tile row, and one more for the last slot's shift.
-    let mut split = vec![0.0f32; 8 * (slots + 1)];
-    let mut q = vec![0.0f32; FREQS * slots];
-    for ci in 0..c {
-        let plane = &xb[ci * ih * iw..][..ih * iw];
-        for i in 0..4 {
-            let (even, odd) =
-                split[2 * i * (slots + 1)..][..2 * (slots + 1)].split_at_mut(slots + 1);
-            for (ri, r) in rows.clone().enumerate() {
-                let (even, odd) = (
-                    &mut even[ri * phase..][..phase],
-                    &mut odd[ri * phase..][..phase],
-                );
-                even.fill(0.0);
-                odd.fill(0.0);
-                if let Some(h) = (2 * r + i).checked_sub(ph).filter(|&h| h < rows_in) {
-                    split_row_stride2(&plane[h * iw..][..cols_in], pw, even, odd);
+    f32::with_scratch(8 * (slots + 1) + FREQS * slots, |scratch| {
+        let (split, q) = scratch.split_at_mut(8 * (slots + 1));
+        // The rows' spans are zeroed below; this clears the extra value after each.
+        split.fill(0.0);
+        for ci in 0..c {
+            let plane = &xb[ci * ih * iw..][..ih * iw];
+            for i in 0..4 {
+                let (even, odd) =
+                    split[2 * i * (slots + 1)..][..2 * (slots + 1)].split_at_mut(slots + 1);
+                for (ri, r) in rows.clone().enumerate() {
+                    let (even, odd) = (
+                        &mut even[ri * phase..][..phase],
+                        &mut odd[ri * phase..][..phase],
+                    );
+                    even.fill(0.0);
+                    odd.fill(0.0);
+                    if let Some(h) = (2 * r + i).checked_sub(ph).filter(|&h| h < rows_in) {
+                        split_row_stride2(&plane[h * iw..][..cols_in], pw, even, odd);
+                    }
                 }
             }
+            columns(split, slots, q);
+            for j in 0..4 {
+                let cols: [&[f32]; 4] = std::array::from_fn(|i| &q[(4 * i + j) * slots..][..slots]);
+                let outs: [usize; 4] = std::array::from_fn(|i| ((4 * i + j) * c + ci) * slots);
+                rows_of(cols, &mut *v, outs, slots);
+            }
         }
-        columns(&split, slots, &mut q);
-        for j in 0..4 {
-            let cols: [&[f32]; 4] = std::array::from_fn(|i| &q[(4 * i + j) * slots..][..slots]);
-            let outs: [usize; 4] = std::array::from_fn(|i| ((4 * i + j) * c + ci) * slots);
-            rows_of(cols, &mut *v, outs, slots);
-        }
-    }
+    });
 }
 
 /// `d B` over a chunk's slots: `q[(4i + j)·slots + u]` is column `j` of row `i` of slot
@@ -287,22 +290,24 @@ unsafe fn transform_output(
     out: *mut f32,
 ) {
     let phase = tw + 1;
-    let mut lines = vec![0.0f32; 4 * slots];
-    for o in 0..m {
-        let start = bias.map_or(0.0, |b| b[o]);
-        let m16: [&[f32]; FREQS] = std::array::from_fn(|f| &sums[(f * m + o) * slots..][..slots]);
-        back(&m16, start, &mut lines, slots);
-        for r in 0..out_rows.div_ceil(2) {
-            for k in 0..2.min(out_rows - 2 * r) {
-                // SAFETY: a row of channel `o` the caller gave.
-                let dst = unsafe {
-                    std::slice::from_raw_parts_mut(out.add(o * out_vol + (2 * r + k) * ow), ow)
-                };
-                let line = |l: usize| &lines[(2 * k + l) * slots + r * phase..][..tw];
-                interleave(line(0), line(1), dst);
+    f32::with_scratch(4 * slots, |lines| {
+        for o in 0..m {
+            let start = bias.map_or(0.0, |b| b[o]);
+            let m16: [&[f32]; FREQS] =
+                std::array::from_fn(|f| &sums[(f * m + o) * slots..][..slots]);
+            back(&m16, start, lines, slots);
+            for r in 0..out_rows.div_ceil(2) {
+                for k in 0..2.min(out_rows - 2 * r) {
+                    // SAFETY: a row of channel `o` the caller gave.
+                    let dst = unsafe {
+                        std::slice::from_raw_parts_mut(out.add(o * out_vol + (2 * r + k) * ow), ow)
+                    };
+                    let line = |l: usize| &lines[(2 * k + l) * slots + r * phase..][..tw];
+                    interleave(line(0), line(1), dst);
+                }
             }
         }
-    }
+    });
 }
 
 /// The four outputs of the tile in each slot: `lines[(2k + l)·slots + u]` is output
