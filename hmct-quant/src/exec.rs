@@ -24,7 +24,9 @@ use hmct_tensor::ndarray::{ArrayD, IxDyn};
 
 use crate::fake_quant::FakeQuant;
 use crate::fusion::{Chain, Chains, Walk};
+use crate::layout::Blocked;
 use crate::ops::OpError;
+use crate::ops::blocked::{self, Layouts};
 use crate::plan::{NodeOp, Plan, Slot};
 
 /// Errors while running. A node's error names the node; the kernel's error is its
@@ -179,6 +181,9 @@ pub struct Session {
     chains: Chains,
     /// Whether those chains run as one pass.
     fuse: bool,
+    /// The values kept channel-blocked between convs (see the `layout` module), with
+    /// AVX-512 unless `HMCT_BLOCKED=off`.
+    blocked: Option<Blocked>,
     /// Raised by another thread to stop runs between two nodes (Ctrl-C in the Python
     /// package): one forward pass of a big model takes seconds, too long to wait for.
     cancel: Option<Arc<AtomicBool>>,
@@ -192,6 +197,8 @@ struct Scope<'a> {
     chains: Option<&'a Chains>,
     /// Per-node timing, of the session's plan only (a branch's time is its If node's).
     profile: Option<&'a Mutex<NodeTimes>>,
+    /// Blocked values, of the session's plan only.
+    blocked: Option<&'a Blocked>,
 }
 
 /// Wall time spent in each plan node (indexed like `Plan::nodes`), summed over the
@@ -220,6 +227,9 @@ impl Session {
             .map_err(|e| RunError::ThreadPool(e.to_string()))?;
         let threads = pool.current_num_threads();
         let chains = Chains::find(&plan);
+        let blocked = (crate::cpu::conv_isa() == Some(crate::cpu::Isa::Avx512)
+            && std::env::var("HMCT_BLOCKED").as_deref() != Ok("off"))
+        .then(|| Blocked::find(&plan, &chains));
         Ok(Session {
             plan,
             pool,
@@ -228,8 +238,24 @@ impl Session {
             profile: None,
             chains,
             fuse: true,
+            blocked,
             cancel: None,
         })
+    }
+
+    /// Keeps every value NCHW, none channel-blocked between convs (see the `layout`
+    /// module). The results are the same bit for bit; this is for checking that.
+    pub fn without_blocked_values(mut self) -> Session {
+        self.blocked = None;
+        self
+    }
+
+    /// How many values convs store channel-blocked for the next conv (see the
+    /// `layout` module); 0 without AVX-512 or with `HMCT_BLOCKED=off`.
+    pub fn blocked_values(&self) -> usize {
+        self.blocked
+            .as_ref()
+            .map_or(0, |b| b.write.iter().filter(|&&w| w).count())
     }
 
     /// Switches per-node timing on (see [`Session::node_times`]). Timing costs a
@@ -398,6 +424,7 @@ impl Session {
             plan: &self.plan,
             chains: self.fuse.then_some(&self.chains),
             profile: self.profile.as_ref(),
+            blocked: self.blocked.as_ref(),
         };
         let run = || self.execute(scope, known, base_config, config, wanted, capture);
         if self.threads == 1 {
@@ -494,6 +521,14 @@ impl Session {
                 return Err(RunError::Cancelled);
             }
             let start = scope.profile.map(|_| Instant::now());
+            if let Some(b) = scope.blocked {
+                let chain = scope.chains.and_then(|c| c.starting_at(i));
+                let alone = [i];
+                let nodes = chain.map_or(&alone[..], |c| &c.nodes[..]);
+                for &j in nodes {
+                    unblock_inputs(plan, b, j, &mut values, config);
+                }
+            }
             if let Some(chain) = scope.chains.and_then(|c| c.starting_at(i))
                 && run_chain(plan, chain, &mut values, &run_node, &keep, &last_use)
             {
@@ -515,9 +550,17 @@ impl Session {
                 .and_then(|c| c.tail_of(i))
                 .filter(|chain| tail_may_run(chain, &run_node, &keep));
             let (outputs, tail_ran) = match tail {
-                Some(chain) => self.run_with_tail(plan, i, &values, chain)?,
+                Some(chain) => self.run_with_tail(plan, i, &values, chain, scope.blocked)?,
                 None => (
-                    self.run_node(plan, i, &mut values, config, &keep, &last_use)?,
+                    self.run_node(
+                        plan,
+                        i,
+                        &mut values,
+                        config,
+                        &keep,
+                        &last_use,
+                        scope.blocked,
+                    )?,
                     false,
                 ),
             };
@@ -572,6 +615,7 @@ impl Session {
         i: usize,
         values: &Values,
         tail: &Chain,
+        blocked: Option<&Blocked>,
     ) -> Result<(Vec<Arc<Tensor>>, bool), RunError> {
         let node = &plan.nodes[i];
         let node_err = |source| RunError::Node {
@@ -589,7 +633,20 @@ impl Session {
             .map(|s| s.map(|s| values.fetch(plan, s)).transpose())
             .collect::<Result<_, _>>()?;
         let refs: Vec<Option<&Tensor>> = inputs.iter().map(|t| t.as_deref()).collect();
-        let (out, ran) = kernel.run_with_tail(&refs, tail).map_err(node_err)?;
+        let (out, ran) = match blocked.filter(|b| b.convs[i]) {
+            Some(b) => {
+                let layouts = Layouts {
+                    input: refs[0].is_some_and(blocked::is_blocked),
+                    output: b.write[tail.output],
+                };
+                let (out, ran) = kernel
+                    .run_blocked(&refs, Some(tail), layouts)
+                    .map_err(node_err)?;
+                let written = if ran { tail.output } else { node.outputs[0] };
+                (b.settle(written, out), ran)
+            }
+            None => kernel.run_with_tail(&refs, tail).map_err(node_err)?,
+        };
         if out.len() > node.outputs.len() {
             return Err(node_err(OpError::invalid(
                 "kernel returned too many outputs",
@@ -602,6 +659,7 @@ impl Session {
         Ok((out, ran))
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn run_node(
         &self,
         plan: &Plan,
@@ -610,6 +668,7 @@ impl Session {
         config: &Config,
         keep: &[bool],
         last_use: &[usize],
+        blocked: Option<&Blocked>,
     ) -> Result<Vec<Arc<Tensor>>, RunError> {
         let node = &plan.nodes[i];
         let fetch = |values: &Values, s: Slot| values.fetch(plan, s);
@@ -704,9 +763,19 @@ impl Session {
                     })
                     .collect::<Result<_, _>>()?;
                 let refs: Vec<Option<&Tensor>> = inputs.iter().map(|t| t.as_deref()).collect();
-                let out = match owned {
-                    Some((j, t)) => kernel.run_reusing(&refs, j, t),
-                    None => kernel.run(&refs),
+                let out = match (owned, blocked.filter(|b| b.convs[i])) {
+                    (Some((j, t)), _) => kernel.run_reusing(&refs, j, t),
+                    (None, Some(b)) => {
+                        let layouts = Layouts {
+                            input: refs[0].is_some_and(blocked::is_blocked),
+                            output: b.write[node.outputs[0]],
+                        };
+                        let written = node.outputs[0];
+                        kernel
+                            .run_blocked(&refs, None, layouts)
+                            .map(|(out, _)| b.settle(written, out))
+                    }
+                    (None, None) => kernel.run(&refs),
                 }
                 .map_err(node_err)?;
                 if out.len() > node.outputs.len() {
@@ -753,6 +822,7 @@ impl Session {
                     plan: branch,
                     chains: None,
                     profile: None,
+                    blocked: None,
                 };
                 let wanted = branch.outputs();
                 let out = self.execute(scope, &bound, None, config, wanted, Capture::Wanted)?;
@@ -761,9 +831,14 @@ impl Session {
         }
     }
 
-    /// A slot's value: a constant of the plan or a value of `values`.
+    /// A slot's value: a constant of the plan or a value of `values`, in NCHW layout
+    /// (values kept channel-blocked between convs are converted back).
     pub fn value(&self, values: &Values, slot: Slot) -> Result<Arc<Tensor>, RunError> {
-        values.fetch(&self.plan, slot)
+        let v = values.fetch(&self.plan, slot)?;
+        match self.blocked.as_ref().filter(|b| b.may[slot]) {
+            Some(_) => Ok(blocked::unblock(&v).map_or(v, Arc::new)),
+            None => Ok(v),
+        }
     }
 
     fn quantized_weight(
@@ -810,6 +885,32 @@ impl Session {
 /// Whether `chain` may run as its input's producer's tail: every node of it has to
 /// run, and neither its input nor an intermediate value is kept (the chain alone
 /// reads its input, by [`Chains::tail_of`]).
+/// Converts the blocked values node `j` reads back to NCHW, but those it takes
+/// blocked: a conv's data input (see [`Blocked`]), and the input of an activation
+/// calibration node that quantizes element by element (or is off).
+fn unblock_inputs(plan: &Plan, b: &Blocked, j: usize, values: &mut Values, config: &Config) {
+    let node = &plan.nodes[j];
+    for (k, s) in node.inputs.iter().enumerate() {
+        let Some(s) = *s else { continue };
+        if !b.may[s] {
+            continue;
+        }
+        let takes = match &node.op {
+            NodeOp::Calibration(c) => config
+                .effective(plan, *c)
+                .is_none_or(FakeQuant::is_elementwise),
+            NodeOp::Kernel(_) => b.convs[j] && k == 0,
+            NodeOp::If { .. } => false,
+        };
+        if !takes
+            && let Some(t) = values.slots.get(s).and_then(|v| v.as_deref())
+            && let Some(u) = blocked::unblock(t)
+        {
+            values.slots[s] = Some(Arc::new(u));
+        }
+    }
+}
+
 fn tail_may_run(chain: &Chain, run_node: &[bool], keep: &[bool]) -> bool {
     chain.nodes.iter().all(|&j| run_node[j])
         && !keep[chain.input]

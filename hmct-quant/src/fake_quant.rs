@@ -338,6 +338,17 @@ impl FakeQuant {
     }
 
     /// Checks that these parameters fit a tensor of `shape`.
+    /// Whether every element is quantized alike, whatever its position (no per-channel
+    /// scales or zero points), so that the tensor's layout does not matter.
+    pub fn is_elementwise(&self) -> bool {
+        match self {
+            FakeQuant::Int(p) => {
+                p.axis.is_none() || p.groups == 1 && p.scales.len() == 1 && p.zero_points.len() <= 1
+            }
+            FakeQuant::Identity | FakeQuant::Float16 => true,
+        }
+    }
+
     pub fn check_shape(&self, shape: &[usize]) -> Result<(), FakeQuantError> {
         if let FakeQuant::Int(p) = self
             && let Some(axis) = p.axis

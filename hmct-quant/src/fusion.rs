@@ -777,6 +777,11 @@ impl Tail<'_> {
         });
     }
 
+    /// Whether the chain has per-channel operands (which need NCHW planes).
+    pub fn per_channel(&self) -> bool {
+        self.walk.channels > 0
+    }
+
     /// Runs the chain in place on `runs` runs of `len` outputs `stride` apart, the
     /// first from flat index `first`, of the output at `y` (a kernel task's outputs:
     /// a stretch of each of its channel planes). Runs that touch and a chain without

@@ -11,6 +11,7 @@ mod cpu;
 pub mod exec;
 pub mod fake_quant;
 mod fusion;
+mod layout;
 pub mod model;
 pub mod ops;
 mod par;

@@ -97,6 +97,27 @@ fn runs_pointwise(g: &Win3, mg: usize, cg: usize) -> bool {
     pointwise && cg >= 16 && mg >= block
 }
 
+/// Whether [`conv`] can run this pointwise conv on channel-blocked data (see
+/// [`super::blocked`]): with AVX-512, one group, 16 or more input and output channels,
+/// a multiple of 16 on each blocked side. Any such conv gains here: a tile's outputs
+/// are stored as they are summed, and inputs broadcast from 16 apart.
+pub(crate) fn runs_blocked(
+    g: &Win3,
+    m: usize,
+    c: usize,
+    group: usize,
+    layouts: super::blocked::Layouts,
+) -> bool {
+    let pointwise = g.k_vol() == 1 && g.stride == [1; 3] && g.pad == [0; 3] && g.out == g.input;
+    crate::cpu::conv_isa() == Some(Isa::Avx512)
+        && pointwise
+        && group == 1
+        && c >= 16
+        && m >= 16
+        && (!layouts.input || c % 16 == 0)
+        && (!layouts.output || m % 16 == 0)
+}
+
 /// Whether [`conv`] runs this conv here: a 2-D conv of stride 1 or 2 with a kernel
 /// larger than 1x1 and no negative padding, with 8 or more input channels per group
 /// and, with AVX-512, 32 or more output channels per group, or exactly 16 with
@@ -185,9 +206,10 @@ struct Lines {
 }
 
 /// `y = conv(x, w) + bias` for f32 NCHW data of a conv [`fits`] or [`fits_spatial`]
-/// accepts, with `wt` from [`pack_weights`]; `y` is written in full. Tasks are
-/// (image, group, block of [`CR`] output channels, chunk of [`TASK_POSITIONS`]
-/// positions).
+/// accepts, or for blocked input and/or output (`layouts`) of a pointwise conv
+/// [`runs_blocked`] accepts, with `wt` from [`pack_weights`]; `y` is written in full.
+/// Tasks are (image, group, block of [`CR`] output channels, chunk of
+/// [`TASK_POSITIONS`] positions).
 ///
 /// A pointwise conv reads its input as is. Others read a zero-padded copy (see
 /// [`padded_copy`]; none when it would equal the input), with positions over the padded (phase) width: output `(h, w)` is
@@ -206,9 +228,12 @@ pub(crate) fn conv(
     group: usize,
     g: &Win3,
     tail: Option<&crate::fusion::Tail>,
+    layouts: super::blocked::Layouts,
 ) {
     let (cg, mg) = (c / group, m / group);
-    let pointwise = runs_pointwise(g, mg, cg);
+    let blocked = layouts.input || layouts.output;
+    assert!(!blocked || runs_blocked(g, m, c, group, layouts));
+    let pointwise = blocked || runs_pointwise(g, mg, cg);
     assert!(pointwise || fits_spatial(g, mg, cg));
     let isa = crate::cpu::conv_isa().expect("`fits` checked the instruction set");
     let (plane, k_vol) = (g.out_vol(), g.k_vol());
@@ -218,8 +243,13 @@ pub(crate) fn conv(
     assert!(x.len() >= n * c * g.in_vol() && y.len() >= n * m * plane);
     let mut padded = Vec::new();
     let (xs, lines) = if pointwise {
+        // A blocked input's channel `ci` lies in lane `ci % 16` of its block's positions.
+        let row = |ci: usize| match layouts.input {
+            true => ci / 16 * plane * 16 + ci % 16,
+            false => ci * plane,
+        };
         let lines = Lines {
-            rows: (0..cg).map(|ci| ci * plane).collect(),
+            rows: (0..cg).map(row).collect(),
             in_len: cg * plane,
             width: plane,
             kept: plane,
@@ -256,6 +286,7 @@ pub(crate) fn conv(
         let mut written: Option<(usize, usize)> = None;
         #[cfg(target_arch = "x86_64")]
         if isa == Isa::Avx2Fma {
+            assert!(!blocked, "`runs_blocked` holds only with AVX-512");
             let tiles: Vec<avx2::Tile> = positions
                 .clone()
                 .step_by(PR_AVX2)
@@ -330,26 +361,27 @@ pub(crate) fn conv(
             // (checked above); `wg` holds the block's `kdim` rows of `CR`.
             #[cfg(target_arch = "x86_64")]
             unsafe {
-                let yb = yp.0.add((b * m + gi * mg + m0) * plane);
                 let to = avx512::Store {
-                    y: yb,
+                    y: yp.0.add((b * m + gi * mg + m0) * plane),
                     plane,
                     chans,
                     first,
+                    blocked: layouts.output,
                 };
-                if chans <= 16 {
-                    avx512::tile::<1, { 2 * PR }>(
-                        xg,
-                        &lines.rows,
-                        q0,
-                        count,
-                        wg,
-                        &start,
-                        to,
-                        ahead,
-                    );
-                } else {
-                    avx512::tile::<2, PR>(xg, &lines.rows, q0, count, wg, &start, to, ahead);
+                let rows = &lines.rows;
+                match (chans <= 16, layouts.input) {
+                    (true, false) => {
+                        avx512::tile::<1, { 2 * PR }, 1>(xg, rows, q0, count, wg, &start, to, ahead)
+                    }
+                    (false, false) => {
+                        avx512::tile::<2, PR, 1>(xg, rows, q0, count, wg, &start, to, ahead)
+                    }
+                    (true, true) => avx512::tile::<1, { 2 * PR }, 16>(
+                        xg, rows, q0, count, wg, &start, to, ahead,
+                    ),
+                    (false, true) => {
+                        avx512::tile::<2, PR, 16>(xg, rows, q0, count, wg, &start, to, ahead)
+                    }
                 }
             }
             #[cfg(not(target_arch = "x86_64"))]
@@ -359,9 +391,18 @@ pub(crate) fn conv(
             }
         }
         if let (Some(tail), Some((from, to))) = (tail, written) {
-            let at = (b * m + gi * mg + m0) * plane + from;
-            // SAFETY: outputs `from .. to` of the task's channels are its own (above).
-            unsafe { tail.apply_runs(yp.0, at, chans, to - from, plane) };
+            // SAFETY: outputs `from .. to` of the task's channels are its own (above);
+            // blocked, those of each block of 16 channels are one run.
+            unsafe {
+                if layouts.output {
+                    let at = ((b * m + gi * mg + m0) * plane + from * 16) as usize;
+                    let runs = chans / 16;
+                    tail.apply_runs(yp.0, at, runs, (to - from) * 16, plane * 16);
+                } else {
+                    let at = (b * m + gi * mg + m0) * plane + from;
+                    tail.apply_runs(yp.0, at, chans, to - from, plane);
+                }
+            }
         }
     };
     if tasks == 1 || n * m * plane * kdim < SERIAL_WORK || !crate::par::enabled() {
@@ -701,12 +742,15 @@ mod avx512 {
     use crate::ops::conv_dw::transpose16;
 
     /// Where a tile's outputs go: channel `o` of the block at `y + o·plane`, from
-    /// output `first` on.
+    /// output `first` on; `blocked`, output `p` of the block's 16-channel half `v` at
+    /// `y + (v·plane + p)·16` (`y` is then the block's first 16 channels' plane of a
+    /// blocked output, which starts at the same offset).
     pub(super) struct Store {
         pub y: *mut f32,
         pub plane: usize,
         pub chans: usize,
         pub first: usize,
+        pub blocked: bool,
     }
 
     /// Positions `q0 .. q0 + count` (`count` ≤ `P`) × the block's first `16·V` output
@@ -723,7 +767,7 @@ mod avx512 {
     /// accesses during the call.
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn tile<const V: usize, const P: usize>(
+    pub(super) unsafe fn tile<const V: usize, const P: usize, const XS: usize>(
         x: &[f32],
         rows: &[usize],
         q0: usize,
@@ -744,7 +788,7 @@ mod avx512 {
             for a in acc.iter_mut() {
                 *a = s;
             }
-            let (xp, wp) = (x.as_ptr().add(q0), wg.as_ptr());
+            let (xp, wp) = (x.as_ptr().add(q0 * XS), wg.as_ptr());
             // Literal position counts keep the accumulators in registers.
             macro_rules! sums {
                 ($r:literal) => {
@@ -760,7 +804,7 @@ mod avx512 {
                         }
                         let xr = xp.add(off);
                         for (i, a) in acc.iter_mut().enumerate().take($r) {
-                            let xv = _mm512_set1_ps(*xr.add(i));
+                            let xv = _mm512_set1_ps(*xr.add(i * XS));
                             for (a, &w) in a.iter_mut().zip(&w) {
                                 *a = _mm512_fmadd_ps(w, xv, *a);
                             }
@@ -793,6 +837,15 @@ mod avx512 {
                 3 => sums!(3),
                 2 => sums!(2),
                 _ => sums!(1),
+            }
+            if to.blocked {
+                for (p, a) in acc.iter().enumerate().take(count) {
+                    for (v, &a) in a.iter().enumerate().take(to.chans.div_ceil(16)) {
+                        let dst = to.y.add((v * to.plane + to.first + p) * 16);
+                        _mm512_storeu_ps(dst, a);
+                    }
+                }
+                return;
             }
             // Sixteen outputs at a time.
             for p0 in (0..count).step_by(16) {
@@ -898,12 +951,99 @@ mod tests {
                     isa, &x, &wv, b, &mut want, n, c, m, group, &g, None,
                 );
                 let mut got = vec![f32::NAN; want.len()];
-                conv(&packed, &x, b, &mut got, n, c, m, group, &g, None);
+                conv(
+                    &packed,
+                    &x,
+                    b,
+                    &mut got,
+                    n,
+                    c,
+                    m,
+                    group,
+                    &g,
+                    None,
+                    Default::default(),
+                );
                 for (j, (a, e)) in got.iter().zip(&want).enumerate() {
                     assert_eq!(a.to_bits(), e.to_bits(), "case {i}, output {j}: {a} vs {e}");
                 }
             }
         }
         assert!(ran >= 12, "{ran} cases ran");
+    }
+
+    /// Pointwise convs on blocked input, output or both: the direct conv's bits in
+    /// their layouts, with 16 output channels (one vector per position) and with
+    /// several blocks of 32, on planes of partial tiles and of several tasks.
+    #[test]
+    fn blocked_layouts_give_the_same_bits() {
+        use super::super::blocked::{Layouts, block_slice, unblock_slice};
+        let Some(isa) = crate::cpu::conv_isa() else {
+            return;
+        };
+        let values = super::super::conv_direct::tests::values;
+        let pw = |h, w| win(h, w, [1, 1], 1, 1, [0; 4]);
+        // (images, input channels, output channels, window)
+        let cases = [
+            (1, 32, 16, pw(7, 7)),
+            (2, 48, 96, pw(5, 9)),
+            (1, 16, 48, pw(20, 23)),
+            (1, 64, 32, pw(1, 1)),
+        ];
+        for (i, &(n, c, m, g)) in cases.iter().enumerate() {
+            let all = Layouts {
+                input: true,
+                output: true,
+            };
+            if !runs_blocked(&g, m, c, 1, all) {
+                return;
+            }
+            let plane = g.out_vol();
+            let x = values(n * c * plane, 7 * i as u64);
+            let wv = values(m * c, 7 * i as u64 + 1);
+            let bias = values(m, 7 * i as u64 + 2);
+            let packed = pack_weights(&wv, m, 1, c);
+            let mut want = vec![0.0f32; n * m * plane];
+            super::super::conv_direct::conv(
+                isa,
+                &x,
+                &wv,
+                Some(&bias),
+                &mut want,
+                n,
+                c,
+                m,
+                1,
+                &g,
+                None,
+            );
+            let xb = block_slice(&x, n, c, plane);
+            for (input, output) in [(true, false), (false, true), (true, true)] {
+                let layouts = Layouts { input, output };
+                let mut got = vec![f32::NAN; want.len()];
+                let from = if input { &xb } else { &x };
+                conv(
+                    &packed,
+                    from,
+                    Some(&bias),
+                    &mut got,
+                    n,
+                    c,
+                    m,
+                    1,
+                    &g,
+                    None,
+                    layouts,
+                );
+                let got = if output {
+                    unblock_slice(&got, n, m, plane)
+                } else {
+                    got
+                };
+                for (j, (a, e)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(a.to_bits(), e.to_bits(), "case {i} {layouts:?}, output {j}");
+                }
+            }
+        }
     }
 }

@@ -18,6 +18,7 @@ use hmct_tensor::{Tensor, f16};
 use rayon::prelude::*;
 
 use super::arrays::{array, contiguous};
+use super::blocked::{BLOCK, BlockedConv, Layouts};
 use super::gemm_util::{self as gu, MatRef, Scalar, SendPtr};
 use super::weight_cache::WeightCache;
 use super::window::{AutoPad, Win3, Window, WindowAttrs, split_row_stride2};
@@ -137,6 +138,7 @@ impl ConvKernel {
             self.group,
             None,
             None,
+            Layouts::default(),
         )?;
         let y: Vec<i32> = y.into_iter().map(|v| v as i32).collect();
         Ok(vec![Tensor::I32(array(&shape, y)?)])
@@ -152,6 +154,7 @@ impl ConvKernel {
         wa: &ArrayD<f32>,
         b: Option<&Tensor>,
         tail: Option<&Chain>,
+        layouts: Layouts,
     ) -> Result<(Vec<Tensor>, bool), OpError> {
         let bias = match b {
             None => None,
@@ -159,9 +162,19 @@ impl ConvKernel {
             Some(o) => return Err(OpError::invalid(format!("bias of type {}", o.dtype()))),
         };
         let derived = wa.as_slice().and_then(|w| self.weights.derived(w.as_ptr()));
+        // A blocked input `[n, c/16, h, w, 16]` is read as the NCHW value it holds.
+        let xs = match (layouts.input, xa.shape()) {
+            (true, &[n, cb, h, w, BLOCK]) => vec![n, cb * BLOCK, h, w],
+            (true, other) => {
+                return Err(OpError::invalid(format!(
+                    "blocked input of shape {other:?}"
+                )));
+            }
+            (false, other) => other.to_vec(),
+        };
         let (y, s, tail_ran) = conv_nd(
             &contiguous(xa),
-            xa.shape(),
+            &xs,
             &contiguous(wa),
             wa.shape(),
             bias.as_deref(),
@@ -169,6 +182,7 @@ impl ConvKernel {
             self.group,
             derived.as_deref(),
             tail,
+            layouts,
         )?;
         Ok((vec![Tensor::F32(array(&s, y)?)], tail_ran))
     }
@@ -187,9 +201,52 @@ impl Kernel for ConvKernel {
     ) -> Result<(Vec<Tensor>, bool), OpError> {
         match (input(inputs, 0)?, input(inputs, 1)?) {
             (Tensor::F32(xa), Tensor::F32(wa)) if !self.integer => {
-                self.run_f32(xa, wa, opt_input(inputs, 2), Some(tail))
+                self.run_f32(xa, wa, opt_input(inputs, 2), Some(tail), Layouts::default())
             }
             _ => self.run(inputs).map(|out| (out, false)),
+        }
+    }
+
+    fn blocked_conv(&self, weight: &[usize]) -> Option<BlockedConv> {
+        let &[m, cg, kh, kw] = weight else {
+            return None;
+        };
+        let unpadded = self
+            .attrs
+            .pads
+            .as_ref()
+            .is_none_or(|p| p.iter().all(|&p| p == 0))
+            && matches!(self.attrs.auto_pad, AutoPad::NotSet | AutoPad::Valid);
+        let at_most = |v: &Option<Vec<usize>>, most: usize| {
+            v.as_ref().is_none_or(|v| v.iter().all(|&s| s <= most))
+        };
+        let unit = |v: &Option<Vec<usize>>| at_most(v, 1);
+        let depthwise =
+            cg == 1 && m == self.group && kh * kw > 1 && at_most(&self.attrs.strides, 2);
+        let pointwise = self.group == 1
+            && kh * kw == 1
+            && unpadded
+            && unit(&self.attrs.strides)
+            && unit(&self.attrs.dilations);
+        match (self.integer, depthwise, pointwise) {
+            (false, true, _) => Some(BlockedConv::Depthwise),
+            (false, _, true) => Some(BlockedConv::Pointwise),
+            _ => None,
+        }
+    }
+
+    #[allow(private_interfaces)]
+    fn run_blocked(
+        &self,
+        inputs: &[Option<&Tensor>],
+        tail: Option<&Chain>,
+        layouts: Layouts,
+    ) -> Result<(Vec<Tensor>, bool), OpError> {
+        match (input(inputs, 0)?, input(inputs, 1)?) {
+            (Tensor::F32(xa), Tensor::F32(wa)) if !self.integer => {
+                self.run_f32(xa, wa, opt_input(inputs, 2), tail, layouts)
+            }
+            _ => Err(OpError::invalid("a blocked value reached a non-f32 conv")),
         }
     }
 
@@ -201,7 +258,9 @@ impl Kernel for ConvKernel {
         let w = input(inputs, 1)?;
         let b = opt_input(inputs, 2);
         match (x, w) {
-            (Tensor::F32(xa), Tensor::F32(wa)) => Ok(self.run_f32(xa, wa, b, None)?.0),
+            (Tensor::F32(xa), Tensor::F32(wa)) => {
+                Ok(self.run_f32(xa, wa, b, None, Layouts::default())?.0)
+            }
             (Tensor::F64(xa), Tensor::F64(wa)) => {
                 let bias = match b {
                     None => None,
@@ -218,6 +277,7 @@ impl Kernel for ConvKernel {
                     self.group,
                     None,
                     None,
+                    Layouts::default(),
                 )?;
                 Ok(vec![Tensor::F64(array(&s, y)?)])
             }
@@ -238,6 +298,7 @@ impl Kernel for ConvKernel {
                     self.group,
                     None,
                     None,
+                    Layouts::default(),
                 )?;
                 Ok(vec![Tensor::F16(array(
                     &s,
@@ -261,6 +322,10 @@ const IM2COL_MAX: usize = 1 << 18;
 const POINTWISE_COLS: usize = 4096;
 const M_BLOCK: usize = 64;
 
+/// The most outputs per channel of a conv that stores a blocked output (see
+/// [`super::blocked`]).
+const BLOCKED_PLANE: usize = 20 * 20;
+
 /// Conv forward on row-major data. Returns the output and its shape.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn conv_nd<T: Scalar>(
@@ -273,7 +338,15 @@ pub(crate) fn conv_nd<T: Scalar>(
     group: usize,
     derived: Option<&Derived>,
     tail: Option<&Chain>,
+    layouts: Layouts,
 ) -> Result<(Vec<T>, Vec<usize>, bool), OpError> {
+    // Blocked values are 4-D f32 (`xs` is the input's NCHW shape either way).
+    let f32_2d = TypeId::of::<T>() == TypeId::of::<f32>() && xs.len() == 4;
+    assert!(f32_2d || !layouts.input, "a blocked input is 4-D f32");
+    let mut layouts = Layouts {
+        output: layouts.output && f32_2d,
+        ..layouts
+    };
     if xs.len() < 3 || ws.len() != xs.len() {
         return Err(OpError::invalid(format!(
             "Conv input {xs:?} and weight {ws:?}"
@@ -306,12 +379,19 @@ pub(crate) fn conv_nd<T: Scalar>(
     let g3 = Win3::new(&xs[2..], &win)?;
     let mut shape = vec![n, m];
     shape.extend_from_slice(&win.out);
+    let tail_asked = tail.is_some();
     // The tail runs on f32 outputs only; every path below runs it once bound.
     let tail = tail
         .filter(|_| TypeId::of::<T>() == TypeId::of::<f32>())
         .and_then(|c| c.tail(&shape));
     let tail = tail.as_ref();
     let tail_ran = tail.is_some();
+    // A blocked store runs a tail over runs of 16 channels: per-channel operands (a
+    // channel per plane) do not fit it. A tail that does not fit the output leaves
+    // the conv's own output, which is not the slot asked to be blocked.
+    if tail.is_some_and(|t| t.per_channel()) || tail_asked && tail.is_none() {
+        layouts.output = false;
+    }
     let trimmed = trim_padding_taps(w, m * cg, &g3);
     let (w, g3, derived) = match &trimmed {
         // Trimmed weights are a new tensor per call: nothing of them is kept.
@@ -322,6 +402,50 @@ pub(crate) fn conv_nd<T: Scalar>(
     if n * m * out_vol == 0 {
         return Ok((Vec::new(), shape, tail_ran));
     }
+    // On larger planes the NCHW kernels win (see `BLOCKED_PLANE`).
+    if out_vol > BLOCKED_PLANE {
+        layouts.output = false;
+    }
+    let mg = m / group;
+    let one_per_group = cg == 1 && mg == 1 && k_vol > 1;
+    // One position (squeeze-excitation convs, SSDlite's last maps) runs as a
+    // matrix-vector product, whose sums the blocked kernels do not give.
+    let single = in_vol == 1 && out_vol == 1 && k_vol == 1;
+    // From an NCHW input, a depthwise conv that `dw_rows` runs faster stays there.
+    if one_per_group && !layouts.input && !super::conv_dw::fits(&g3) {
+        layouts.output = false;
+    }
+    let mut unblocked = None;
+    if layouts.input || layouts.output {
+        let native = match one_per_group {
+            true => super::conv_dw::runs_blocked(&g3, c),
+            false => !single && super::channel_lanes::runs_blocked(&g3, m, c, group, layouts),
+        };
+        if native && let (Some(xf), Some(wf)) = (f32_slice(x), f32_slice(w)) {
+            let mut y = crate::buffers::take::<T>(n * m * out_vol);
+            let yf = f32_slice_mut(&mut y).expect("T is f32, as x is");
+            let bf = bias.and_then(f32_slice);
+            let mut fresh = None;
+            if one_per_group {
+                let pack = || super::conv_dw::pack_weights(wf, c, k_vol);
+                let packed = kept_or_fresh(derived.map(|d| &d.depthwise), &mut fresh, pack);
+                super::conv_dw::conv(xf, packed, bf, yf, n, c, &g3, tail, layouts);
+            } else {
+                let pack = || super::channel_lanes::pack_weights(wf, m, group, cg);
+                let packed = kept_or_fresh(derived.map(|d| &d.transposed), &mut fresh, pack);
+                super::channel_lanes::conv(packed, xf, bf, yf, n, c, m, group, &g3, tail, layouts);
+            }
+            if layouts.output {
+                shape = vec![n, m / BLOCK, win.out[0], win.out[1], BLOCK];
+            }
+            return Ok((y, shape, tail_ran));
+        }
+        // No kernel here reads or stores it blocked: the plain conv on NCHW data.
+        if layouts.input {
+            unblocked = Some(super::blocked::unblock_slice(x, n, c, in_vol));
+        }
+    }
+    let x = unblocked.as_deref().unwrap_or(x);
     if let (Some(xf), Some(wf)) = (f32_slice(x), f32_slice(w))
         && cg > 1
         && let Some(isa) = crate::cpu::conv_isa()
@@ -391,7 +515,6 @@ pub(crate) fn conv_nd<T: Scalar>(
             return Ok((y, shape, tail_ran));
         }
     }
-    let mg = m / group;
     if cg == 1 && k_vol > 1 {
         // Every output is written (starting from its bias), so stale values are fine.
         let mut y = crate::buffers::take(n * m * out_vol);
@@ -403,7 +526,8 @@ pub(crate) fn conv_nd<T: Scalar>(
             let pack = || super::conv_dw::pack_weights(wf, c, k_vol);
             let mut fresh = None;
             let packed = kept_or_fresh(derived.map(|d| &d.depthwise), &mut fresh, pack);
-            super::conv_dw::conv(xf, packed, bias.and_then(f32_slice), yf, n, c, &g3, tail);
+            let bf = bias.and_then(f32_slice);
+            super::conv_dw::conv(xf, packed, bf, yf, n, c, &g3, tail, Layouts::default());
             return Ok((y, shape, tail_ran));
         }
         depthwise(x, w, bias, &mut y, &g3, m, mg, tail);
@@ -526,7 +650,8 @@ fn conv_f32(
         let pack = || super::channel_lanes::pack_weights(w, m, group, kdim);
         let mut fresh = None;
         let packed = kept_or_fresh(derived.map(|d| &d.transposed), &mut fresh, pack);
-        super::channel_lanes::conv(packed, x, bias, y, n, c, m, group, g, tail);
+        let layouts = Layouts::default();
+        super::channel_lanes::conv(packed, x, bias, y, n, c, m, group, g, tail, layouts);
     } else {
         super::conv_direct::conv(isa, x, w, bias, y, n, c, m, group, g, tail);
     }

@@ -212,10 +212,19 @@ pub(crate) fn pack_weights(w: &[f32], c: usize, k_vol: usize) -> Vec<f32> {
     wb
 }
 
-/// `y = conv(x, w) + bias` for f32 NCHW data of `n` images of `c` channels, one per
-/// group, with weights `[c, 1, kh, kw]` packed by [`pack_weights`]. Tasks are (image,
-/// block of channels, band of output rows), fixed by the shapes. The caller checks
-/// [`fits`].
+/// Whether [`conv`] can run this geometry on channel-blocked data (see
+/// [`super::blocked`]): with AVX-512, on any geometry it runs, since it reads and
+/// stores blocked values without the transposes that [`fits`] weighs.
+pub(crate) fn runs_blocked(g: &Win3, c: usize) -> bool {
+    lanes() == Some(LANES) && runs(g) && c % LANES == 0
+}
+
+/// `y = conv(x, w) + bias` for f32 data of `n` images of `c` channels, one per
+/// group, with weights `[c, 1, kh, kw]` packed by [`pack_weights`]: NCHW, or blocked
+/// input and/or output as `layouts` says (the caller checks [`runs_blocked`] then; the
+/// buffer is then filled by plain copies and tiles are stored as they are, without
+/// transposes: the same sums). Tasks are (image, block of channels, band of output
+/// rows), fixed by the shapes. The caller checks [`fits`] or [`runs_blocked`].
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn conv(
     x: &[f32],
@@ -226,9 +235,12 @@ pub(crate) fn conv(
     c: usize,
     g: &Win3,
     tail: Option<&crate::fusion::Tail>,
+    layouts: super::blocked::Layouts,
 ) {
     assert!(runs(g));
     let lanes = lanes().expect("`runs` holds only with AVX2 or AVX-512");
+    let blocked = layouts.input || layouts.output;
+    assert!(!blocked || runs_blocked(g, c));
     let (in_vol, out_vol, k_vol) = (g.in_vol(), g.out_vol(), g.k_vol());
     let blocks = c.div_ceil(lanes);
     assert!(x.len() >= n * c * in_vol && y.len() >= n * c * out_vol);
@@ -267,7 +279,11 @@ pub(crate) fn conv(
         let buf = &mut buf[skip..][..len * lanes];
         let o0 = band * bands.rows_per_band;
         let o1 = (o0 + bands.rows_per_band).min(g.out[1]);
-        let xb = &x[(b * c + c0) * in_vol..][..nch * in_vol];
+        let xb = if layouts.input {
+            &x[(b * blocks + blk) * in_vol * lanes..][..in_vol * lanes]
+        } else {
+            &x[(b * c + c0) * in_vol..][..nch * in_vol]
+        };
         let yp = &yp;
         // SAFETY: `lanes` is 16 only with AVX-512 and 8 only with AVX2 and FMA (checked
         // by `fits`); the task reads channels `c0 .. c0 + nch` of image `b` (inside
@@ -275,12 +291,25 @@ pub(crate) fn conv(
         // which no other task writes, inside `y`; the tail rewrites those same outputs.
         #[cfg(target_arch = "x86_64")]
         unsafe {
-            let yb = yp.0.add((b * c + c0) * out_vol);
+            let yb = match layouts.output {
+                true => yp.0.add((b * blocks + blk) * out_vol * lanes),
+                false => yp.0.add((b * c + c0) * out_vol),
+            };
             let wt = &wb[blk * k_vol * lanes..][..k_vol * lanes];
             let start = &bb[c0..c0 + lanes];
             if lanes == LANES {
-                avx512::fill(xb, nch, g, &bands, o0, o1, buf);
-                avx512::sum(buf, wt, start, &bands, g, o0, o1, nch, yb, out_vol);
+                match layouts.input {
+                    true => avx512::fill_blocked(xb, g, &bands, o0, o1, buf),
+                    false => avx512::fill(xb, nch, g, &bands, o0, o1, buf),
+                }
+                match layouts.output {
+                    true => {
+                        avx512::sum::<true>(buf, wt, start, &bands, g, o0, o1, nch, yb, out_vol)
+                    }
+                    false => {
+                        avx512::sum::<false>(buf, wt, start, &bands, g, o0, o1, nch, yb, out_vol)
+                    }
+                }
             } else {
                 avx2::fill(xb, nch, g, &bands, o0, o1, buf);
                 let tiles = if band + 1 == n_bands {
@@ -303,8 +332,15 @@ pub(crate) fn conv(
             }
             if let Some(tail) = tail {
                 let ow = g.out[2];
-                let first = (b * c + c0) * out_vol + o0 * ow;
-                tail.apply_runs(yp.0, first, nch, (o1 - o0) * ow, out_vol);
+                if layouts.output {
+                    // The band's outputs of the block are one run.
+                    let first = ((b * blocks + blk) * out_vol + o0 * ow) * lanes;
+                    let len = (o1 - o0) * ow * lanes;
+                    tail.apply_runs(yp.0, first, 1, len, len);
+                } else {
+                    let first = (b * c + c0) * out_vol + o0 * ow;
+                    tail.apply_runs(yp.0, first, nch, (o1 - o0) * ow, out_vol);
+                }
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -432,16 +468,71 @@ mod avx512 {
         }
     }
 
+    /// [`fill`] from a blocked input: `xb` holds one block's `[h, w, 16]` positions,
+    /// each copied as it is.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; `xb` holds `g.input`'s positions of 16 lanes.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn fill_blocked(
+        xb: &[f32],
+        g: &Win3,
+        bands: &Bands,
+        o0: usize,
+        o1: usize,
+        buf: &mut [f32],
+    ) {
+        let [_, ih, iw] = g.input;
+        let (ph, pw) = (g.pad[1] as usize, g.pad[2] as usize);
+        let s = bands.s;
+        let (rows, width) = (bands.rows(g), bands.width);
+        let ew = width * s;
+        let r0 = o0 * s;
+        let r1 = (o1 - 1) * s + (g.kernel[1] - 1) * g.dil[1] + 1;
+        let cols = iw.min(ew.saturating_sub(pw));
+        assert!(xb.len() >= ih * iw * LANES);
+        let zero = _mm512_setzero_ps();
+        for r in r0..r1 {
+            let rr = r - r0;
+            let (rphase, rrow) = (rr & (s - 1), rr >> (s - 1));
+            let at =
+                |p: usize| ((rphase * s + (p & (s - 1))) * rows + rrow) * width + (p >> (s - 1));
+            // SAFETY (stores below): `rr / s < rows` and `p / s < width` for `p < ew`,
+            // inside `buf`.
+            let put = |buf: &mut [f32], p: usize, v: __m512| unsafe {
+                _mm512_storeu_ps(buf.as_mut_ptr().add(at(p) * LANES), v)
+            };
+            let Some(h) = r.checked_sub(ph).filter(|&h| h < ih) else {
+                for p in 0..ew {
+                    put(buf, p, zero);
+                }
+                continue;
+            };
+            let src = &xb[h * iw * LANES..][..cols * LANES];
+            if s == 1 {
+                let at0 = at(pw) * LANES;
+                buf[at0..at0 + cols * LANES].copy_from_slice(src);
+            } else {
+                for (w, v) in src.chunks_exact(LANES).enumerate() {
+                    // SAFETY: 16 values of `xb`, as this function's caller vouched.
+                    put(buf, w + pw, unsafe { _mm512_loadu_ps(v.as_ptr()) });
+                }
+            }
+        }
+    }
+
     /// Sums output rows `o0 .. o1` from the band buffer and stores channel `l < nch`'s
-    /// outputs at `y + l·out_vol`.
+    /// outputs at `y + l·out_vol`, or with `BLOCKED` each output's 16 lanes at
+    /// `y + 16·output` (a block of a blocked output).
     ///
     /// # Safety
     /// The CPU has AVX-512F; `buf` was filled by [`fill`] for this band; `y` points to
-    /// `nch` output planes of `out_vol` values, whose rows `o0 .. o1` nothing else
-    /// accesses during the call.
+    /// `nch` output planes of `out_vol` values (with `BLOCKED` a block's `out_vol`
+    /// positions of 16 lanes), whose rows `o0 .. o1` nothing else accesses during the
+    /// call.
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn sum(
+    pub(super) unsafe fn sum<const BLOCKED: bool>(
         buf: &[f32],
         wt: &[f32],
         start: &[f32],
@@ -474,6 +565,20 @@ mod avx512 {
                     for (j, a) in acc.iter_mut().enumerate() {
                         *a = _mm512_fmadd_ps(wv, _mm512_loadu_ps(p.add(j * LANES)), *a);
                     }
+                }
+                if BLOCKED {
+                    let (mut r, mut c) = (row, col);
+                    for a in acc.iter().take(LANES.min(nq - q0)) {
+                        if c < ow {
+                            _mm512_storeu_ps(y.add(((o0 + r) * ow + c) * LANES), *a);
+                        }
+                        c += 1;
+                        if c == width {
+                            (r, c) = (r + 1, 0);
+                        }
+                    }
+                    (row, col) = (r, c);
+                    continue;
                 }
                 transpose(&mut acc);
                 // Positions kept: inside the band and the output width. Kept positions
@@ -747,9 +852,61 @@ mod tests {
                     c,
                     &g,
                     None,
+                    Default::default(),
                 );
                 for (j, (a, e)) in got.iter().zip(&want).enumerate() {
                     assert_eq!(a.to_bits(), e.to_bits(), "case {i}, output {j}: {a} vs {e}");
+                }
+            }
+        }
+    }
+
+    /// Blocked input, output or both: the NCHW path's bits, in their layouts; and a
+    /// tail on a blocked output runs on each output once.
+    #[test]
+    fn blocked_layouts_give_the_same_bits() {
+        use super::super::blocked::{Layouts, block_slice, unblock_slice};
+        let cases = [
+            (2, 32, win(7, 7, [3, 3], 1, 1, [1; 4])),
+            (1, 16, win(14, 14, [3, 3], 2, 1, [0, 0, 1, 1])),
+            (1, 48, win(15, 9, [5, 5], 2, 1, [2; 4])),
+            (1, 16, win(40, 33, [3, 3], 1, 2, [2, 1, 0, 2])),
+            (1, 32, win(1, 1, [3, 3], 1, 1, [1; 4])),
+        ];
+        let values = super::super::conv_direct::tests::values;
+        for (i, &(n, c, g)) in cases.iter().enumerate() {
+            if !runs_blocked(&g, c) {
+                return;
+            }
+            let (in_vol, out_vol) = (g.in_vol(), g.out_vol());
+            let x = values(n * c * in_vol, 5 * i as u64);
+            let w = pack_weights(&values(c * g.k_vol(), 5 * i as u64 + 1), c, g.k_vol());
+            let bias = values(c, 5 * i as u64 + 2);
+            let mut want = vec![f32::NAN; n * c * out_vol];
+            conv(
+                &x,
+                &w,
+                Some(&bias),
+                &mut want,
+                n,
+                c,
+                &g,
+                None,
+                Layouts::default(),
+            );
+            let xb = block_slice(&x, n, c, in_vol);
+            for (input, output) in [(true, false), (false, true), (true, true)] {
+                let layouts = Layouts { input, output };
+                let mut got = vec![f32::NAN; want.len()];
+                let from = if input { &xb } else { &x };
+                conv(from, &w, Some(&bias), &mut got, n, c, &g, None, layouts);
+                let got = if output {
+                    unblock_slice(&got, n, c, out_vol)
+                } else {
+                    got
+                };
+                for (j, (a, e)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(a.to_bits(), e.to_bits(), "case {i} {layouts:?}, output {j}");
                 }
             }
         }

@@ -153,7 +153,10 @@ pub(crate) fn conv(
                 &v[f * c * slots..][..c * slots],
                 &mut sums[f * m * slots..][..m * slots],
             );
-            super::channel_lanes::conv(&packed[f], vf, None, sf, 1, c, m, 1, &pointwise, None);
+            let layouts = super::blocked::Layouts::default();
+            super::channel_lanes::conv(
+                &packed[f], vf, None, sf, 1, c, m, 1, &pointwise, None, layouts,
+            );
         }
         // Output rows of the chunk's tiles, in each channel plane of image b.
         let out_rows = 2 * rows.start..(2 * rows.end).min(oh);

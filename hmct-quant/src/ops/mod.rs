@@ -9,6 +9,7 @@
 pub mod attrs;
 
 pub(crate) mod arrays;
+pub(crate) mod blocked;
 pub(crate) mod broadcast;
 pub(crate) mod channel_lanes;
 pub(crate) mod conv;
@@ -144,6 +145,33 @@ pub trait Kernel: Send + Sync {
     ) -> Result<(Vec<Tensor>, bool), OpError> {
         let _ = tail;
         self.run(inputs).map(|out| (out, false))
+    }
+
+    /// What kind of conv this node's kernel is for a weight (input 1) of shape
+    /// `weight`, as far as channel-blocked values go (see [`blocked`]): one that reads
+    /// a blocked input 0 and can store a blocked output, or `None` for every other
+    /// kernel. The executor keeps a value blocked only between such convs.
+    fn blocked_conv(&self, weight: &[usize]) -> Option<blocked::BlockedConv> {
+        let _ = weight;
+        None
+    }
+
+    /// [`Kernel::run_with_tail`] (or [`Kernel::run`] without a tail) on an input 0
+    /// that may be blocked, storing a blocked output when `layouts.output` asks and
+    /// the kernel can. Only called on kernels whose [`Kernel::blocked_conv`] is
+    /// `Some`; the outputs are those of the plain run, bit for bit, in either layout.
+    #[allow(private_interfaces)]
+    fn run_blocked(
+        &self,
+        inputs: &[Option<&Tensor>],
+        tail: Option<&crate::fusion::Chain>,
+        layouts: blocked::Layouts,
+    ) -> Result<(Vec<Tensor>, bool), OpError> {
+        let _ = layouts;
+        match tail {
+            Some(tail) => self.run_with_tail(inputs, tail),
+            None => self.run(inputs).map(|out| (out, false)),
+        }
     }
 }
 

@@ -1,0 +1,163 @@
+//! Values kept channel-blocked between depthwise and pointwise convs change no bit:
+//! a session that keeps them gives what a session keeping every value NCHW gives, on
+//! the float and calibrated model, for full runs, for incremental runs from captured
+//! activations (where conv tails do not run), with per-channel activation
+//! calibration (which reads blocked values converted back), for every captured value
+//! read back, on 1 and 2 threads.
+
+use std::sync::Arc;
+
+use hmct_ir::Model;
+use hmct_ir::testing::build::{float_value, int_attr, ints_attr, model, named_value, node};
+use hmct_quant::fake_quant::QType;
+use hmct_quant::{Capture, Config, FakeQuant, Override, Session, plan_model};
+use hmct_tensor::{Tensor, tensor_to_proto};
+
+fn values(n: usize, seed: u32) -> Vec<f32> {
+    (0..n as u32)
+        .map(|i| ((i.wrapping_mul(2654435761) ^ seed) % 2001) as f32 / 1000.0 - 1.0)
+        .collect()
+}
+
+/// An inverted residual block twice over (pointwise 32 -> 64 with Clip, depthwise 3x3
+/// with Relu, pointwise 64 -> 32), the second depthwise of stride 2, on a 14x14 map;
+/// the first block's output is a graph output too.
+fn mobile_blocks() -> Model {
+    let weight = |name: &str, shape: &[usize], seed| {
+        let t = Tensor::from_f32(shape, values(shape.iter().product(), seed)).unwrap();
+        tensor_to_proto(&t, name)
+    };
+    let conv = |name: &str, x: &str, w: &str, y: &str, group: i64, stride: i64, pad: i64| {
+        let mut n = node(name, "Conv", &[x, w], &[y]);
+        n.attribute.push(ints_attr("pads", vec![pad; 4]));
+        n.attribute.push(ints_attr("strides", vec![stride; 2]));
+        n.attribute.push(int_attr("group", group));
+        n
+    };
+    let clip = |name: &str, x: &str, y: &str| node(name, "Clip", &[x, "zero", "six"], &[y]);
+    let scalar =
+        |name: &str, v: f32| tensor_to_proto(&Tensor::from_f32(&[], vec![v]).unwrap(), name);
+    let proto = model(
+        vec![float_value("x", &[1, 32, 14, 14])],
+        vec![
+            conv("e1", "x", "we1", "a1", 1, 1, 0),
+            clip("r1", "a1", "b1"),
+            conv("d1", "b1", "wd1", "c1", 64, 1, 1),
+            node("q1", "Relu", &["c1"], &["e1o"]),
+            conv("p1", "e1o", "wp1", "y1", 1, 1, 0),
+            conv("e2", "y1", "we2", "a2", 1, 1, 0),
+            clip("r2", "a2", "b2"),
+            conv("d2", "b2", "wd2", "c2", 64, 2, 1),
+            conv("p2", "c2", "wp2", "y2", 1, 1, 0),
+        ],
+        vec![
+            weight("we1", &[64, 32, 1, 1], 1),
+            weight("wd1", &[64, 1, 3, 3], 2),
+            weight("wp1", &[32, 64, 1, 1], 3),
+            weight("we2", &[64, 32, 1, 1], 4),
+            weight("wd2", &[64, 1, 3, 3], 5),
+            weight("wp2", &[32, 64, 1, 1], 6),
+            scalar("zero", 0.0),
+            scalar("six", 6.0),
+        ],
+        vec![named_value("y1"), named_value("y2")],
+    );
+    Model::from_proto(proto, None).unwrap()
+}
+
+fn bits(t: &Tensor) -> (Vec<usize>, Vec<u32>) {
+    let v = t.as_f32().unwrap().iter().map(|v| v.to_bits()).collect();
+    (t.shape().to_vec(), v)
+}
+
+fn all_bits(ts: &[Arc<Tensor>]) -> Vec<(Vec<usize>, Vec<u32>)> {
+    ts.iter().map(|t| bits(t)).collect()
+}
+
+#[test]
+fn blocked_values_change_no_bit() {
+    let m = hmct_ir::testing::calibrate_for_tests(mobile_blocks(), 4.0).unwrap();
+    let x = Tensor::from_f32(&[1, 32, 14, 14], values(32 * 14 * 14, 7)).unwrap();
+    for threads in [1, 2] {
+        let blocked = Session::new(plan_model(&m).unwrap(), threads).unwrap();
+        let plain = Session::new(plan_model(&m).unwrap(), threads)
+            .unwrap()
+            .without_blocked_values();
+        if blocked.blocked_values() == 0 {
+            // Without AVX-512 nothing is blocked, and there is nothing to compare.
+            return;
+        }
+        assert_eq!(plain.blocked_values(), 0);
+        let plan = blocked.plan();
+        let activations: Vec<usize> = (0..plan.calibrations().len())
+            .filter(|&c| !plan.calibrations()[c].is_weight)
+            .collect();
+        assert!(activations.len() >= 4);
+        let mut configs = vec![Config::float(), Config::calibrated()];
+        let mut per_channel = 0;
+        for &c in &activations {
+            configs.push(Config::calibrated().with(c, Override::Off));
+            configs.push(Config::float().with(c, Override::On));
+            // Per-channel thresholds: a reader that does not take blocked values.
+            for channels in [32, 64] {
+                let thresholds: Vec<f32> = (0..channels).map(|i| 1.0 + 0.1 * i as f32).collect();
+                let qtype = QType::Int {
+                    bits: 8,
+                    signed: true,
+                };
+                let fq = FakeQuant::from_thresholds(qtype, &thresholds, Some(1)).unwrap();
+                let cfg = Config::calibrated().with(c, Override::Set(fq));
+                if plain.run(&[("x", x.clone())], &cfg).is_ok() {
+                    per_channel += 1;
+                    configs.push(cfg);
+                }
+            }
+        }
+        assert_eq!(per_channel, activations.len());
+        // Full runs.
+        for cfg in &configs {
+            let got = blocked.run(&[("x", x.clone())], cfg).unwrap();
+            let want = plain.run(&[("x", x.clone())], cfg).unwrap();
+            assert_eq!(
+                all_bits(&got),
+                all_bits(&want),
+                "{cfg:?}, {threads} threads"
+            );
+        }
+        // Captured activations, every value read back, and probes from them.
+        let outputs = plan.outputs().to_vec();
+        let bound = blocked.bind_inputs(&[("x", x.clone())]).unwrap();
+        let plain_bound = plain.bind_inputs(&[("x", x.clone())]).unwrap();
+        for base in [Config::float(), Config::calibrated()] {
+            let kept = blocked
+                .run_from(&bound, None, &base, &outputs, Capture::All)
+                .unwrap();
+            let plain_kept = plain
+                .run_from(&plain_bound, None, &base, &outputs, Capture::All)
+                .unwrap();
+            for slot in 0..plan.num_values() {
+                if let (Ok(a), Ok(b)) = (blocked.value(&kept, slot), plain.value(&plain_kept, slot))
+                {
+                    if a.as_f32().is_some() {
+                        assert_eq!(bits(&a), bits(&b), "value {}", plan.value_name(slot));
+                    }
+                }
+            }
+            for cfg in &configs {
+                let probe = blocked
+                    .run_from(&kept, Some(&base), cfg, &outputs, Capture::Wanted)
+                    .unwrap();
+                let got: Vec<Arc<Tensor>> = outputs
+                    .iter()
+                    .map(|&s| blocked.value(&probe, s).unwrap())
+                    .collect();
+                let want = plain.run(&[("x", x.clone())], cfg).unwrap();
+                assert_eq!(
+                    all_bits(&got),
+                    all_bits(&want),
+                    "probe {cfg:?} from {base:?}"
+                );
+            }
+        }
+    }
+}
