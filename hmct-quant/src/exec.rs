@@ -886,10 +886,24 @@ impl Session {
 /// run, and neither its input nor an intermediate value is kept (the chain alone
 /// reads its input, by [`Chains::tail_of`]).
 /// Converts the blocked values node `j` reads back to NCHW, but those it takes
-/// blocked: a conv's data input (see [`Blocked`]), and the input of an activation
-/// calibration node that quantizes element by element (or is off).
+/// blocked: a conv's data input (see [`Blocked`]), the input of an activation
+/// calibration node that quantizes element by element (or is off), and the inputs of
+/// a layout-free element-wise node when all of them that are not single constants
+/// came blocked.
 fn unblock_inputs(plan: &Plan, b: &Blocked, j: usize, values: &mut Values, config: &Config) {
     let node = &plan.nodes[j];
+    let blocked_value = |values: &Values, s: Slot| {
+        values
+            .slots
+            .get(s)
+            .and_then(|v| v.as_deref())
+            .is_some_and(blocked::is_blocked)
+    };
+    let all_blocked = b.layout_free[j]
+        && node.inputs.iter().flatten().all(|&s| {
+            plan.constants[s].as_ref().is_some_and(|t| t.len() == 1)
+                || b.may[s] && blocked_value(values, s)
+        });
     for (k, s) in node.inputs.iter().enumerate() {
         let Some(s) = *s else { continue };
         if !b.may[s] {
@@ -899,7 +913,7 @@ fn unblock_inputs(plan: &Plan, b: &Blocked, j: usize, values: &mut Values, confi
             NodeOp::Calibration(c) => config
                 .effective(plan, *c)
                 .is_none_or(FakeQuant::is_elementwise),
-            NodeOp::Kernel(_) => b.convs[j] && k == 0,
+            NodeOp::Kernel(_) => b.convs[j] && k == 0 || all_blocked,
             NodeOp::If { .. } => false,
         };
         if !takes

@@ -1,16 +1,20 @@
 //! Which values of a plan a session keeps channel-blocked (see [`crate::ops::blocked`]).
 //!
-//! A value is stored blocked when a conv that can store it so writes it and every
-//! node that reads it takes it blocked: convs that read blocked inputs (depthwise and
-//! pointwise, [`Kernel::blocked_conv`](crate::ops::Kernel::blocked_conv)), or
-//! activation calibration nodes, which quantize element by element and pass the
-//! layout on, when the values they write are read the same way. It must also gain:
-//! the writer or a reader is a depthwise conv, whose kernel otherwise transposes
-//! both ways. Graph outputs are never blocked.
+//! Blocked values form groups joined by layout-free nodes: activation calibration
+//! nodes, and element-wise nodes (activations, Clip, Add/Sub/Mul/Div) whose other
+//! inputs are in the same group or single constants, which compute each value alone
+//! and so keep whatever layout their inputs have (a SiLU split by calibration nodes,
+//! `x · σ(x)`, is one group). A group is kept blocked when each of its values comes
+//! from a conv that can store it blocked (depthwise or pointwise,
+//! [`Kernel::blocked_conv`](crate::ops::Kernel::blocked_conv), with a multiple of 16
+//! output channels) or from a layout-free node of the group; every node that reads it
+//! is a conv reading it as data or a layout-free node of the group; none of it is a
+//! graph output; and a depthwise conv reads or writes it, whose kernel otherwise
+//! transposes both ways (between pointwise convs alone the transposes cost little).
 //!
 //! This is a preference: the executor converts a blocked value back whenever a node
-//! that does not take it reads it (a per-channel calibration, a run that keeps a
-//! tail's intermediate values), and a conv whose kernel cannot store a blocked
+//! that does not take it reads it (a per-channel calibration, a layout-free node whose
+//! inputs came in different layouts), and a conv whose kernel cannot store a blocked
 //! output stores NCHW. Kernels give the same bits in either layout, so where values
 //! end up blocked changes no result.
 
@@ -20,93 +24,149 @@ use crate::plan::{NodeOp, Plan, Slot};
 use hmct_tensor::Tensor;
 
 /// Per slot: whether a conv writing it stores it blocked (`write`), and whether a
-/// value held there may be blocked (`may`: those, and what calibration nodes write
+/// value held there may be blocked (`may`: those, and what layout-free nodes write
 /// from them).
 pub(crate) struct Blocked {
     pub write: Vec<bool>,
     pub may: Vec<bool>,
     /// Per node: a conv that reads blocked values (run with `Kernel::run_blocked`).
     pub convs: Vec<bool>,
+    /// Per node: a layout-free element-wise kernel (not a calibration node).
+    pub layout_free: Vec<bool>,
 }
 
 impl Blocked {
     /// The slots of `plan` to keep blocked, with `chains` the session's element-wise
     /// chains (a conv with a tail writes the tail's output).
     pub fn find(plan: &Plan, chains: &Chains) -> Blocked {
+        let nodes = plan.nodes();
         let n = plan.num_values();
         let mut readers: Vec<Vec<(usize, usize)>> = vec![Vec::new(); n];
-        for (i, node) in plan.nodes().iter().enumerate() {
+        for (i, node) in nodes.iter().enumerate() {
             for (j, s) in node.inputs.iter().enumerate() {
                 if let Some(s) = s {
                     readers[*s].push((i, j));
                 }
             }
         }
-        let is_output = |s: Slot| plan.outputs().contains(&s);
-        let kinds: Vec<Option<BlockedConv>> = (0..plan.nodes().len())
-            .map(|i| conv_kind(plan, i))
-            .collect();
-        // The convs that read `s` (through calibration nodes), or `None` when another
-        // node reads it or a value on the way is a graph output.
-        fn conv_readers(
-            plan: &Plan,
-            readers: &[Vec<(usize, usize)>],
-            kinds: &[Option<BlockedConv>],
-            is_output: &dyn Fn(Slot) -> bool,
-            s: Slot,
-            found: &mut Vec<usize>,
-        ) -> bool {
-            if is_output(s) {
-                return false;
-            }
-            readers[s].iter().all(|&(r, j)| {
-                let node = &plan.nodes()[r];
-                match &node.op {
-                    NodeOp::Calibration(c) if !plan.calibrations()[*c].is_weight => {
-                        conv_readers(plan, readers, kinds, is_output, node.outputs[0], found)
-                    }
-                    _ if kinds[r].is_some() && j == 0 => {
-                        found.push(r);
-                        // Read once, as the data input.
-                        node.inputs.iter().filter(|&&t| t == Some(s)).count() == 1
-                    }
-                    _ => false,
-                }
+        let kinds: Vec<Option<BlockedConv>> =
+            (0..nodes.len()).map(|i| conv_kind(plan, i)).collect();
+        let is_calibration = |i: usize| matches!(nodes[i].op, NodeOp::Calibration(c) if !plan.calibrations()[c].is_weight);
+        let layout_free: Vec<bool> = nodes
+            .iter()
+            .map(|node| {
+                node.outputs.len() == 1 && node.kernel().is_some_and(|k| k.element_step().is_some())
             })
+            .collect();
+        let passes_on = |i: usize| layout_free[i] || is_calibration(i);
+        // A single constant value (of rank 4 at most, which broadcasts to a 5-D
+        // blocked value without growing it).
+        let single = |s: Slot| {
+            plan.constant(s)
+                .is_some_and(|t| t.len() == 1 && t.shape().len() <= 4)
+        };
+
+        let mut cand = vec![false; n];
+        for (p, node) in nodes.iter().enumerate() {
+            let stores =
+                kinds[p].is_some() && weight_shape(plan, p).is_some_and(|w| w[0] % BLOCK == 0);
+            if stores || passes_on(p) {
+                cand[node.outputs[0]] = true;
+            }
         }
-        let mut write = vec![false; n];
-        for (p, node) in plan.nodes().iter().enumerate() {
-            let Some(kind) = kinds[p] else { continue };
-            let Some(m) = weight_shape(plan, p).map(|w| w[0]) else {
+        loop {
+            let mut changed = false;
+            for s in 0..n {
+                if !cand[s] {
+                    continue;
+                }
+                let read_well = !plan.outputs().contains(&s)
+                    && readers[s].iter().all(|&(r, j)| {
+                        let node = &nodes[r];
+                        if kinds[r].is_some() {
+                            j == 0 && node.inputs.iter().filter(|&&t| t == Some(s)).count() == 1
+                        } else {
+                            passes_on(r) && cand[node.outputs[0]]
+                        }
+                    });
+                if !read_well {
+                    cand[s] = false;
+                    changed = true;
+                }
+            }
+            for (i, node) in nodes.iter().enumerate() {
+                let out = node.outputs[0];
+                if !passes_on(i) || !cand[out] {
+                    continue;
+                }
+                let inputs = node.inputs.iter().flatten();
+                let fed = inputs.clone().all(|&s| cand[s] || single(s))
+                    && inputs.clone().any(|&s| cand[s]);
+                if !fed {
+                    cand[out] = false;
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+
+        // Groups: values joined by layout-free nodes. Keep those a depthwise conv
+        // reads or writes.
+        let mut group: Vec<usize> = (0..n).collect();
+        fn root(group: &mut [usize], mut s: usize) -> usize {
+            while group[s] != s {
+                group[s] = group[group[s]];
+                s = group[s];
+            }
+            s
+        }
+        for (i, node) in nodes.iter().enumerate() {
+            if passes_on(i) && cand[node.outputs[0]] {
+                for &s in node.inputs.iter().flatten().filter(|&&s| cand[s]) {
+                    let (a, b) = (root(&mut group, s), root(&mut group, node.outputs[0]));
+                    group[a] = b;
+                }
+            }
+        }
+        let mut gains = vec![false; n];
+        for (i, node) in nodes.iter().enumerate() {
+            if kinds[i] != Some(BlockedConv::Depthwise) {
                 continue;
-            };
-            if m % BLOCK != 0 {
+            }
+            for s in node.inputs[..1].iter().flatten().chain(&node.outputs[..1]) {
+                if cand[*s] {
+                    let r = root(&mut group, *s);
+                    gains[r] = true;
+                }
+            }
+        }
+        for s in 0..n {
+            if cand[s] && !gains[root(&mut group, s)] {
+                cand[s] = false;
+            }
+        }
+
+        // Convs store blocked what they write: their output, or their tail's.
+        let mut write = vec![false; n];
+        for (p, node) in nodes.iter().enumerate() {
+            if kinds[p].is_none() {
                 continue;
             }
             let written =
                 std::iter::once(node.outputs[0]).chain(chains.tail_of(p).map(|c| c.output));
             for s in written {
-                let mut found = Vec::new();
-                let all_convs = conv_readers(plan, &readers, &kinds, &is_output, s, &mut found);
-                let gains = kind == BlockedConv::Depthwise
-                    || found
-                        .iter()
-                        .any(|&r| kinds[r] == Some(BlockedConv::Depthwise));
-                write[s] = all_convs && !found.is_empty() && gains;
-            }
-        }
-        // Calibration nodes pass the layout on (nodes are in topological order).
-        let mut may = write.clone();
-        for node in plan.nodes() {
-            if let NodeOp::Calibration(c) = &node.op
-                && !plan.calibrations()[*c].is_weight
-                && node.inputs[0].is_some_and(|s| may[s])
-            {
-                may[node.outputs[0]] = true;
+                write[s] = cand[s];
             }
         }
         let convs = kinds.iter().map(Option::is_some).collect();
-        Blocked { write, may, convs }
+        Blocked {
+            write,
+            may: cand,
+            convs,
+            layout_free,
+        }
     }
 
     /// A conv's outputs written to `slot`, with the first converted back to NCHW if

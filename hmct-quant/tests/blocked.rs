@@ -19,9 +19,11 @@ fn values(n: usize, seed: u32) -> Vec<f32> {
         .collect()
 }
 
-/// An inverted residual block twice over (pointwise 32 -> 64 with Clip, depthwise 3x3
-/// with Relu, pointwise 64 -> 32), the second depthwise of stride 2, on a 14x14 map;
-/// the first block's output is a graph output too.
+/// An inverted residual block twice over (pointwise 32 -> 64, depthwise 3x3 with Relu,
+/// pointwise 64 -> 32) on a 14x14 map: the first with a SiLU (Sigmoid and Mul, which
+/// calibration nodes split) after its first conv and a residual Add of the input; the
+/// second with a Clip and a depthwise conv of stride 2. The first block's output is a
+/// graph output too.
 fn mobile_blocks() -> Model {
     let weight = |name: &str, shape: &[usize], seed| {
         let t = Tensor::from_f32(shape, values(shape.iter().product(), seed)).unwrap();
@@ -41,10 +43,12 @@ fn mobile_blocks() -> Model {
         vec![float_value("x", &[1, 32, 14, 14])],
         vec![
             conv("e1", "x", "we1", "a1", 1, 1, 0),
-            clip("r1", "a1", "b1"),
+            node("s1", "Sigmoid", &["a1"], &["g1"]),
+            node("m1", "Mul", &["a1", "g1"], &["b1"]),
             conv("d1", "b1", "wd1", "c1", 64, 1, 1),
             node("q1", "Relu", &["c1"], &["e1o"]),
-            conv("p1", "e1o", "wp1", "y1", 1, 1, 0),
+            conv("p1", "e1o", "wp1", "z1", 1, 1, 0),
+            node("res", "Add", &["z1", "x"], &["y1"]),
             conv("e2", "y1", "we2", "a2", 1, 1, 0),
             clip("r2", "a2", "b2"),
             conv("d2", "b2", "wd2", "c2", 64, 2, 1),
@@ -88,6 +92,8 @@ fn blocked_values_change_no_bit() {
             return;
         }
         assert_eq!(plain.blocked_values(), 0);
+        // The convs' outputs, the SiLU's (through its Sigmoid and Mul) and the Clip's.
+        assert_eq!(blocked.blocked_values(), 7);
         let plan = blocked.plan();
         let activations: Vec<usize> = (0..plan.calibrations().len())
             .filter(|&c| !plan.calibrations()[c].is_weight)
