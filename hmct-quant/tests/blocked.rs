@@ -81,6 +81,27 @@ fn all_bits(ts: &[Arc<Tensor>]) -> Vec<(Vec<usize>, Vec<u32>)> {
 #[test]
 fn blocked_values_change_no_bit() {
     let m = hmct_ir::testing::calibrate_for_tests(mobile_blocks(), 4.0).unwrap();
+    // A calibration node between the SiLU's Sigmoid and Mul too (as calibrated models
+    // have): with per-channel thresholds its output comes NCHW to a Mul whose other
+    // input is blocked.
+    let mul = m.nodes().iter().position(|n| n.name() == "m1").unwrap();
+    let m = m
+        .insert_calibrations(vec![hmct_ir::CalibrationInsert {
+            spec: hmct_ir::CalibrationSpec {
+                name: "g1_HzCalibration".into(),
+                input: "g1".into(),
+                output: "g1_HzCalibration_output".into(),
+                tensor_type: hmct_ir::TensorType::Feature,
+                qtype: hmct_ir::QType::INT8,
+                thresholds: vec![1.0],
+                axis: None,
+                group: None,
+                constant: 1,
+                switch_on: true,
+            },
+            consumers: vec![(mul, 1)],
+        }])
+        .unwrap();
     let x = Tensor::from_f32(&[1, 32, 14, 14], values(32 * 14 * 14, 7)).unwrap();
     for threads in [1, 2] {
         let blocked = Session::new(plan_model(&m).unwrap(), threads).unwrap();
@@ -92,8 +113,9 @@ fn blocked_values_change_no_bit() {
             return;
         }
         assert_eq!(plain.blocked_values(), 0);
-        // The convs' outputs, the SiLU's (through its Sigmoid and Mul) and the Clip's.
-        assert_eq!(blocked.blocked_values(), 7);
+        // Stored blocked by convs: the first conv's output (read by the SiLU's Sigmoid
+        // and Mul), the depthwise convs' (the first one's Relu), and the Clip's.
+        assert_eq!(blocked.blocked_values(), 6);
         let plan = blocked.plan();
         let activations: Vec<usize> = (0..plan.calibrations().len())
             .filter(|&c| !plan.calibrations()[c].is_weight)
