@@ -882,9 +882,6 @@ impl Session {
     }
 }
 
-/// Whether `chain` may run as its input's producer's tail: every node of it has to
-/// run, and neither its input nor an intermediate value is kept (the chain alone
-/// reads its input, by [`Chains::tail_of`]).
 /// Converts the blocked values node `j` reads back to NCHW, but those it takes
 /// blocked: a conv's data input (see [`Blocked`]), the input of an activation
 /// calibration node that quantizes element by element (or is off), and the inputs of
@@ -901,8 +898,7 @@ fn unblock_inputs(plan: &Plan, b: &Blocked, j: usize, values: &mut Values, confi
     };
     let all_blocked = b.layout_free[j]
         && node.inputs.iter().flatten().all(|&s| {
-            plan.constants[s].as_ref().is_some_and(|t| t.len() == 1)
-                || b.may[s] && blocked_value(values, s)
+            crate::layout::single_constant(plan, s) || b.may[s] && blocked_value(values, s)
         });
     for (k, s) in node.inputs.iter().enumerate() {
         let Some(s) = *s else { continue };
@@ -925,6 +921,9 @@ fn unblock_inputs(plan: &Plan, b: &Blocked, j: usize, values: &mut Values, confi
     }
 }
 
+/// Whether `chain` may run as its input's producer's tail: every node of it has to
+/// run, and neither its input nor an intermediate value is kept (the chain alone
+/// reads its input, by [`Chains::tail_of`]).
 fn tail_may_run(chain: &Chain, run_node: &[bool], keep: &[bool]) -> bool {
     chain.nodes.iter().all(|&j| run_node[j])
         && !keep[chain.input]

@@ -59,17 +59,12 @@ impl Blocked {
             })
             .collect();
         let passes_on = |i: usize| layout_free[i] || is_calibration(i);
-        // A single constant value (of rank 4 at most, which broadcasts to a 5-D
-        // blocked value without growing it).
-        let single = |s: Slot| {
-            plan.constant(s)
-                .is_some_and(|t| t.len() == 1 && t.shape().len() <= 4)
-        };
+        let single = |s: Slot| single_constant(plan, s);
 
         let mut cand = vec![false; n];
         for (p, node) in nodes.iter().enumerate() {
-            let stores =
-                kinds[p].is_some() && weight_shape(plan, p).is_some_and(|w| w[0] % BLOCK == 0);
+            let stores = kinds[p].is_some()
+                && weight_shape(plan, p).is_some_and(|w| w[0].is_multiple_of(BLOCK));
             if stores || passes_on(p) {
                 cand[node.outputs[0]] = true;
             }
@@ -181,6 +176,13 @@ impl Blocked {
         }
         out
     }
+}
+
+/// Whether `s` holds a single constant value of rank 4 at most, which broadcasts to a
+/// 5-D blocked value without growing it.
+pub(crate) fn single_constant(plan: &Plan, s: Slot) -> bool {
+    plan.constant(s)
+        .is_some_and(|t| t.len() == 1 && t.shape().len() <= 4)
 }
 
 /// The weight's shape of node `i`: a constant, or a weight calibration node's output.

@@ -70,7 +70,7 @@ pub(crate) fn block(t: &Tensor) -> Option<Tensor> {
     let &[n, c, h, w] = a.shape() else {
         return None;
     };
-    if c % BLOCK != 0 {
+    if !c.is_multiple_of(BLOCK) {
         return None;
     }
     let dst = block_slice(a.as_slice()?, n, c, h * w);

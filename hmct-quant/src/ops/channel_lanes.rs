@@ -114,8 +114,8 @@ pub(crate) fn runs_blocked(
         && group == 1
         && c >= 16
         && m >= 16
-        && (!layouts.input || c % 16 == 0)
-        && (!layouts.output || m % 16 == 0)
+        && (!layouts.input || c.is_multiple_of(16))
+        && (!layouts.output || m.is_multiple_of(16))
 }
 
 /// Whether [`conv`] runs this conv here: a 2-D conv of stride 1 or 2 with a kernel
@@ -395,7 +395,7 @@ pub(crate) fn conv(
             // blocked, those of each block of 16 channels are one run.
             unsafe {
                 if layouts.output {
-                    let at = ((b * m + gi * mg + m0) * plane + from * 16) as usize;
+                    let at = (b * m + gi * mg + m0) * plane + from * 16;
                     let runs = chans / 16;
                     tail.apply_runs(yp.0, at, runs, (to - from) * 16, plane * 16);
                 } else {
@@ -754,14 +754,15 @@ mod avx512 {
     }
 
     /// Positions `q0 .. q0 + count` (`count` ≤ `P`) × the block's first `16·V` output
-    /// channels: sums over the weight rows (row `r` reads `x` at `rows[r] + q`, its
+    /// channels: sums over the weight rows (row `r` reads `x` at `rows[r] + q·XS`: `XS`
+    /// is 16 for a blocked input, 1 otherwise; its
     /// weights at `wg[r·CR ..]`), starting from `start`, stored as `to` says. `V` is 2
     /// with `P` = 12 (a full block), or 1 with `P` = 24 (a block of up to 16
     /// channels): 24 accumulators either way. With `ahead`, each weight row's lines
     /// at the same offset from `ahead` are prefetched (hints: any address will do).
     ///
     /// # Safety
-    /// The CPU has AVX-512F; `x[rows[r] + q]` is readable for every row and position;
+    /// The CPU has AVX-512F; `x[rows[r] + q·XS]` is readable for every row and position;
     /// `wg` holds `rows.len()` rows of `CR`; `to.y` points to `to.chans` planes of
     /// `to.plane` values whose outputs `to.first .. to.first + count` nothing else
     /// accesses during the call.

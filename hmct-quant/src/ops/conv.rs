@@ -323,7 +323,10 @@ const POINTWISE_COLS: usize = 4096;
 const M_BLOCK: usize = 64;
 
 /// The most outputs per channel of a conv that stores a blocked output (see
-/// [`super::blocked`]).
+/// [`super::blocked`]). On larger planes `dw_rows` on NCHW data, which sums several
+/// output rows per load, beat the blocked band kernel: MobileNetV2's depthwise convs
+/// at 28x28 0.162 against 0.185 ms per run, at 56x56 and 112x112 0.22-0.35 against
+/// 0.35-0.51 (`run --profile`, `tools/conv_classes.py`).
 const BLOCKED_PLANE: usize = 20 * 20;
 
 /// Conv forward on row-major data. Returns the output and its shape.
@@ -402,7 +405,6 @@ pub(crate) fn conv_nd<T: Scalar>(
     if n * m * out_vol == 0 {
         return Ok((Vec::new(), shape, tail_ran));
     }
-    // On larger planes the NCHW kernels win (see `BLOCKED_PLANE`).
     if out_vol > BLOCKED_PLANE {
         layouts.output = false;
     }

@@ -216,7 +216,7 @@ pub(crate) fn pack_weights(w: &[f32], c: usize, k_vol: usize) -> Vec<f32> {
 /// [`super::blocked`]): with AVX-512, on any geometry it runs, since it reads and
 /// stores blocked values without the transposes that [`fits`] weighs.
 pub(crate) fn runs_blocked(g: &Win3, c: usize) -> bool {
-    lanes() == Some(LANES) && runs(g) && c % LANES == 0
+    lanes() == Some(LANES) && runs(g) && c.is_multiple_of(LANES)
 }
 
 /// `y = conv(x, w) + bias` for f32 data of `n` images of `c` channels, one per
