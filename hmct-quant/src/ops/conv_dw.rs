@@ -298,10 +298,7 @@ pub(crate) fn conv(
             let wt = &wb[blk * k_vol * lanes..][..k_vol * lanes];
             let start = &bb[c0..c0 + lanes];
             if lanes == LANES {
-                match layouts.input {
-                    true => avx512::fill_blocked(xb, g, &bands, o0, o1, buf),
-                    false => avx512::fill(xb, nch, g, &bands, o0, o1, buf),
-                }
+                avx512::fill(xb, nch, g, &bands, o0, o1, buf, layouts.input);
                 match layouts.output {
                     true => {
                         avx512::sum::<true>(buf, wt, start, &bands, g, o0, o1, nch, yb, out_vol)
@@ -409,8 +406,13 @@ mod avx512 {
     /// `(r % s, p % s)`, row `(r - o0·s) / s`, column `p / s`, lane `l` (zero for
     /// `l >= nch`).
     ///
+    /// With `blocked`, `xb` holds one block of a blocked input (`g.input`'s positions
+    /// of 16 lanes), whose rows are copied as they are.
+    ///
     /// # Safety
-    /// The CPU has AVX-512F; `xb` holds `nch <= 16` channel planes of `g.input`.
+    /// The CPU has AVX-512F; `xb` holds `nch <= 16` channel planes of `g.input`, or
+    /// with `blocked` its positions of 16 lanes.
+    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn fill(
         xb: &[f32],
@@ -420,6 +422,7 @@ mod avx512 {
         o0: usize,
         o1: usize,
         buf: &mut [f32],
+        blocked: bool,
     ) {
         let [_, ih, iw] = g.input;
         let (ph, pw) = (g.pad[1] as usize, g.pad[2] as usize);
@@ -431,6 +434,7 @@ mod avx512 {
         let in_vol = g.input[1] * iw;
         // Input columns that land inside the padded width.
         let cols = iw.min(ew.saturating_sub(pw));
+        assert!(!blocked || xb.len() >= ih * iw * LANES);
         let zero = _mm512_setzero_ps();
         for r in r0..r1 {
             let rr = r - r0;
@@ -450,6 +454,19 @@ mod avx512 {
                 }
                 continue;
             };
+            if blocked {
+                let src = &xb[h * iw * LANES..][..cols * LANES];
+                if s == 1 {
+                    let at0 = at(pw) * LANES;
+                    buf[at0..at0 + cols * LANES].copy_from_slice(src);
+                } else {
+                    for (w, v) in src.chunks_exact(LANES).enumerate() {
+                        // SAFETY: 16 values of `xb`, as this function's caller vouched.
+                        put(buf, w + pw, unsafe { _mm512_loadu_ps(v.as_ptr()) });
+                    }
+                }
+                continue;
+            }
             for w0 in (0..cols).step_by(LANES) {
                 let len = LANES.min(cols - w0);
                 let mut v = [zero; 16];
@@ -463,59 +480,6 @@ mod avx512 {
                 unsafe { transpose(&mut v) };
                 for (j, &v) in v.iter().enumerate().take(len) {
                     put(buf, w0 + j + pw, v);
-                }
-            }
-        }
-    }
-
-    /// [`fill`] from a blocked input: `xb` holds one block's `[h, w, 16]` positions,
-    /// each copied as it is.
-    ///
-    /// # Safety
-    /// The CPU has AVX-512F; `xb` holds `g.input`'s positions of 16 lanes.
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn fill_blocked(
-        xb: &[f32],
-        g: &Win3,
-        bands: &Bands,
-        o0: usize,
-        o1: usize,
-        buf: &mut [f32],
-    ) {
-        let [_, ih, iw] = g.input;
-        let (ph, pw) = (g.pad[1] as usize, g.pad[2] as usize);
-        let s = bands.s;
-        let (rows, width) = (bands.rows(g), bands.width);
-        let ew = width * s;
-        let r0 = o0 * s;
-        let r1 = (o1 - 1) * s + (g.kernel[1] - 1) * g.dil[1] + 1;
-        let cols = iw.min(ew.saturating_sub(pw));
-        assert!(xb.len() >= ih * iw * LANES);
-        let zero = _mm512_setzero_ps();
-        for r in r0..r1 {
-            let rr = r - r0;
-            let (rphase, rrow) = (rr & (s - 1), rr >> (s - 1));
-            let at =
-                |p: usize| ((rphase * s + (p & (s - 1))) * rows + rrow) * width + (p >> (s - 1));
-            // SAFETY (stores below): `rr / s < rows` and `p / s < width` for `p < ew`,
-            // inside `buf`.
-            let put = |buf: &mut [f32], p: usize, v: __m512| unsafe {
-                _mm512_storeu_ps(buf.as_mut_ptr().add(at(p) * LANES), v)
-            };
-            let Some(h) = r.checked_sub(ph).filter(|&h| h < ih) else {
-                for p in 0..ew {
-                    put(buf, p, zero);
-                }
-                continue;
-            };
-            let src = &xb[h * iw * LANES..][..cols * LANES];
-            if s == 1 {
-                let at0 = at(pw) * LANES;
-                buf[at0..at0 + cols * LANES].copy_from_slice(src);
-            } else {
-                for (w, v) in src.chunks_exact(LANES).enumerate() {
-                    // SAFETY: 16 values of `xb`, as this function's caller vouched.
-                    put(buf, w + pw, unsafe { _mm512_loadu_ps(v.as_ptr()) });
                 }
             }
         }
