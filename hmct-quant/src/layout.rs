@@ -185,20 +185,20 @@ pub(crate) fn single_constant(plan: &Plan, s: Slot) -> bool {
         .is_some_and(|t| t.len() == 1 && t.shape().len() <= 4)
 }
 
-/// The weight's shape of node `i`: a constant, or a weight calibration node's output.
+/// The shape of node `i`'s f32 weight: a constant, or a weight calibration node's
+/// output (blocked values are f32 only).
 fn weight_shape(plan: &Plan, i: usize) -> Option<Vec<usize>> {
     let s = plan.nodes()[i].inputs.get(1).copied().flatten()?;
-    if let Some(w) = plan.constant(s) {
-        return Some(w.shape().to_vec());
-    }
-    let p = plan.producer(s)?;
-    match plan.nodes()[p].op {
-        NodeOp::Calibration(c) if plan.calibrations()[c].is_weight => {
-            let input = plan.calibrations()[c].input;
-            plan.constant(input).map(|w| w.shape().to_vec())
-        }
-        _ => None,
-    }
+    let weight = match plan.constant(s) {
+        Some(w) => w,
+        None => match plan.nodes()[plan.producer(s)?].op {
+            NodeOp::Calibration(c) if plan.calibrations()[c].is_weight => {
+                plan.constant(plan.calibrations()[c].input)?
+            }
+            _ => return None,
+        },
+    };
+    matches!(**weight, Tensor::F32(_)).then(|| weight.shape().to_vec())
 }
 
 /// What kind of blocked-capable conv node `i` is, if any.

@@ -189,3 +189,54 @@ fn blocked_values_change_no_bit() {
         }
     }
 }
+
+/// Convs of other types than f32 that could read blocked values (a depthwise conv after
+/// a pointwise one, in f64) run as they always did: no value of theirs is blocked.
+#[test]
+fn f64_convs_run_as_before() {
+    use hmct_tensor::ndarray::{ArrayD, IxDyn};
+    let f64_tensor = |shape: &[usize], seed| {
+        let v: Vec<f64> = values(shape.iter().product(), seed)
+            .into_iter()
+            .map(f64::from)
+            .collect();
+        Tensor::F64(ArrayD::from_shape_vec(IxDyn(shape), v).unwrap())
+    };
+    let mut x = float_value("x", &[1, 32, 8, 8]);
+    if let Some(hmct_proto::onnx::type_proto::Value::TensorType(t)) =
+        x.r#type.as_mut().and_then(|t| t.value.as_mut())
+    {
+        t.elem_type = Some(11);
+    }
+    let mut dw = node("d", "Conv", &["a", "wd"], &["y"]);
+    dw.attribute.push(ints_attr("pads", vec![1; 4]));
+    dw.attribute.push(int_attr("group", 64));
+    let proto = model(
+        vec![x],
+        vec![node("e", "Conv", &["x", "we"], &["a"]), dw],
+        vec![
+            tensor_to_proto(&f64_tensor(&[64, 32, 1, 1], 1), "we"),
+            tensor_to_proto(&f64_tensor(&[64, 1, 3, 3], 2), "wd"),
+        ],
+        vec![named_value("y")],
+    );
+    let m = Model::from_proto(proto, None).unwrap();
+    let input = f64_tensor(&[1, 32, 8, 8], 3);
+    let run = |s: Session| s.run(&[("x", input.clone())], &Config::float()).unwrap();
+    let got = run(Session::new(plan_model(&m).unwrap(), 1).unwrap());
+    let want = run(Session::new(plan_model(&m).unwrap(), 1)
+        .unwrap()
+        .without_blocked_values());
+    let Tensor::F64(g) = &*got[0] else {
+        panic!("an f64 output")
+    };
+    let Tensor::F64(w) = &*want[0] else {
+        panic!("an f64 output")
+    };
+    assert_eq!(g.shape(), &[1, 64, 8, 8]);
+    assert!(
+        g.iter()
+            .zip(w.iter())
+            .all(|(a, b)| a.to_bits() == b.to_bits())
+    );
+}

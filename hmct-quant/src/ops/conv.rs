@@ -199,12 +199,7 @@ impl Kernel for ConvKernel {
         inputs: &[Option<&Tensor>],
         tail: &Chain,
     ) -> Result<(Vec<Tensor>, bool), OpError> {
-        match (input(inputs, 0)?, input(inputs, 1)?) {
-            (Tensor::F32(xa), Tensor::F32(wa)) if !self.integer => {
-                self.run_f32(xa, wa, opt_input(inputs, 2), Some(tail), Layouts::default())
-            }
-            _ => self.run(inputs).map(|out| (out, false)),
-        }
+        self.run_blocked(inputs, Some(tail), Layouts::default())
     }
 
     fn blocked_conv(&self, weight: &[usize]) -> Option<BlockedConv> {
@@ -246,6 +241,9 @@ impl Kernel for ConvKernel {
             (Tensor::F32(xa), Tensor::F32(wa)) if !self.integer => {
                 self.run_f32(xa, wa, opt_input(inputs, 2), tail, layouts)
             }
+            // Other types never hold blocked values: the plain conv, tail left to run
+            // after it.
+            _ if !layouts.input => self.run(inputs).map(|out| (out, false)),
             _ => Err(OpError::invalid("a blocked value reached a non-f32 conv")),
         }
     }
