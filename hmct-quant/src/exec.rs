@@ -126,7 +126,8 @@ pub struct Values {
 }
 
 impl Values {
-    /// The value in a slot, if it was computed and kept.
+    /// The value in a slot, if it was computed and kept, as the session holds it
+    /// (channel-blocked between convs; [`Session::value`] gives it NCHW).
     pub fn get(&self, slot: Slot) -> Option<&Arc<Tensor>> {
         self.slots.get(slot).and_then(|v| v.as_ref())
     }
@@ -521,15 +522,15 @@ impl Session {
                 return Err(RunError::Cancelled);
             }
             let start = scope.profile.map(|_| Instant::now());
+            let chain = scope.chains.and_then(|c| c.starting_at(i));
             if let Some(b) = scope.blocked {
-                let chain = scope.chains.and_then(|c| c.starting_at(i));
                 let alone = [i];
                 let nodes = chain.map_or(&alone[..], |c| &c.nodes[..]);
                 for &j in nodes {
                     unblock_inputs(plan, b, j, &mut values, config);
                 }
             }
-            if let Some(chain) = scope.chains.and_then(|c| c.starting_at(i))
+            if let Some(chain) = chain
                 && run_chain(plan, chain, &mut values, &run_node, &keep, &last_use)
             {
                 for &j in &chain.nodes {
@@ -642,8 +643,8 @@ impl Session {
                 let (out, ran) = kernel
                     .run_blocked(&refs, Some(tail), layouts)
                     .map_err(node_err)?;
-                let written = if ran { tail.output } else { node.outputs[0] };
-                (b.settle(written, out), ran)
+                b.check_written(if ran { tail.output } else { node.outputs[0] }, &out);
+                (out, ran)
             }
             None => kernel.run_with_tail(&refs, tail).map_err(node_err)?,
         };
@@ -770,10 +771,11 @@ impl Session {
                             input: refs[0].is_some_and(blocked::is_blocked),
                             output: b.write[node.outputs[0]],
                         };
-                        let written = node.outputs[0];
-                        kernel
-                            .run_blocked(&refs, None, layouts)
-                            .map(|(out, _)| b.settle(written, out))
+                        let out = kernel.run_blocked(&refs, None, layouts).map(|(out, _)| out);
+                        if let Ok(out) = &out {
+                            b.check_written(node.outputs[0], out);
+                        }
+                        out
                     }
                     (None, None) => kernel.run(&refs),
                 }

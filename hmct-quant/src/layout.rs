@@ -164,17 +164,14 @@ impl Blocked {
         }
     }
 
-    /// A conv's outputs written to `slot`, with the first converted back to NCHW if
-    /// it came blocked where no blocked value may be held (which the conv kernel
-    /// avoids; this keeps a slot's layout readable by its rank whatever a kernel did).
-    pub fn settle(&self, slot: Slot, mut out: Vec<Tensor>) -> Vec<Tensor> {
-        if !self.may[slot]
-            && let Some(first) = out.first_mut()
-            && let Some(plain) = crate::ops::blocked::unblock(first)
-        {
-            *first = plain;
-        }
-        out
+    /// Checks (in debug builds) that a conv's outputs written to `slot` are blocked
+    /// only where a blocked value may be held: `conv_nd` stores blocked only what it
+    /// was asked to, and never when the tail it was given did not run.
+    pub fn check_written(&self, slot: Slot, out: &[Tensor]) {
+        debug_assert!(
+            self.may[slot] || !out.first().is_some_and(crate::ops::blocked::is_blocked),
+            "a blocked output where none may be held"
+        );
     }
 }
 

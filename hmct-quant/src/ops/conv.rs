@@ -324,7 +324,7 @@ const M_BLOCK: usize = 64;
 /// [`super::blocked`]). On larger planes `dw_rows` on NCHW data, which sums several
 /// output rows per load, beat the blocked band kernel: MobileNetV2's depthwise convs
 /// at 28x28 0.162 against 0.185 ms per run, at 56x56 and 112x112 0.22-0.35 against
-/// 0.35-0.51 (`run --profile`, `tools/conv_classes.py`).
+/// 0.35-0.51 (`run --profile`, `tools/conv_classes.py`, on builds with larger limits).
 const BLOCKED_PLANE: usize = 20 * 20;
 
 /// Conv forward on row-major data. Returns the output and its shape.
