@@ -36,24 +36,14 @@ pub enum BlockedConv {
 
 /// The NCHW data of a blocked input of `n` images of `c` channels of `plane`
 /// positions (the conv paths that do not read blocked values).
-pub(crate) fn unblock_slice<T: Copy + Default + 'static>(
+pub(crate) fn unblock_slice<T: Clone + Default + 'static>(
     x: &[T],
     n: usize,
     c: usize,
     plane: usize,
 ) -> Vec<T> {
-    let mut dst = crate::buffers::take::<T>(n * c * plane);
-    for (blk_src, blk_dst) in x
-        .chunks_exact((BLOCK * plane).max(1))
-        .zip(dst.chunks_exact_mut((BLOCK * plane).max(1)))
-    {
-        for (p, lanes) in blk_src.chunks_exact(BLOCK).enumerate() {
-            for (l, &v) in lanes.iter().enumerate() {
-                blk_dst[l * plane + p] = v;
-            }
-        }
-    }
-    dst
+    // Per block, `[plane, 16]` to `[16, plane]`: the Transpose op's tiled copy.
+    super::arrays::permute_data(x, &[n, c / BLOCK, plane, BLOCK], &[0, 1, 3, 2])
 }
 
 /// Whether a tensor held in a slot that may be blocked is blocked: its natural value
@@ -84,18 +74,7 @@ pub(crate) fn block(t: &Tensor) -> Option<Tensor> {
 /// [`BLOCK`]) of `plane` positions.
 #[cfg(test)]
 pub(crate) fn block_slice(x: &[f32], n: usize, c: usize, plane: usize) -> Vec<f32> {
-    let mut dst = vec![0.0; n * c * plane];
-    for (blk_src, blk_dst) in x
-        .chunks_exact((BLOCK * plane).max(1))
-        .zip(dst.chunks_exact_mut((BLOCK * plane).max(1)))
-    {
-        for (p, lanes) in blk_dst.chunks_exact_mut(BLOCK).enumerate() {
-            for (l, v) in lanes.iter_mut().enumerate() {
-                *v = blk_src[l * plane + p];
-            }
-        }
-    }
-    dst
+    super::arrays::permute_data(x, &[n, c / BLOCK, BLOCK, plane], &[0, 1, 3, 2])
 }
 
 /// `[n, c/16, h, w, 16]` back to `[n, c, h, w]`; the tensor itself when it is not
