@@ -9,7 +9,10 @@ such a node, and an activation it runs apart (`.../QuickGeluFusion/`, its SiLU),
 traced back to its Conv through first inputs, as ours runs them fused into the conv.
 
 Pinned: onnx (tools/requirements.txt). Usage:
-    python tools/conv_classes.py MODEL OURS_PROFILE.txt [ORT_PROFILE.txt]
+    python tools/conv_classes.py MODEL OURS_PROFILE.txt [ORT_PROFILE.txt] [--nodes REGEX]
+
+`--nodes REGEX` lists the nodes of the classes REGEX matches one by one, with their
+input channels, instead of the class table.
 """
 import argparse
 import collections
@@ -46,6 +49,7 @@ def main():
     ap.add_argument("model")
     ap.add_argument("ours")
     ap.add_argument("ort", nargs="?")
+    ap.add_argument("--nodes", help="list the nodes of the classes this regex matches")
     args = ap.parse_args()
     m = shape_inference.infer_shapes(onnx.load(args.model))
     g = m.graph
@@ -68,10 +72,13 @@ def main():
         return n if n is not None and n.op_type in products else None
 
     ours = collections.defaultdict(float)
+    ours_node = collections.defaultdict(float)
+    ort_node = collections.defaultdict(float)
     for line in open(args.ours):
         f = line.split()
         if len(f) >= 4 and f[-1].endswith("%") and f[0] in by_name:
             ours[conv_class(by_name[f[0]], shapes, inits)] += float(f[-2])
+            ours_node[f[0]] += float(f[-2])
     ort = collections.defaultdict(float)
     if args.ort:
         in_nodes = False
@@ -89,6 +96,18 @@ def main():
                     n = conv_of(n.output[0]) or n
                 if n is not None:
                     ort[conv_class(n, shapes, inits)] += float(f[-2])
+                    ort_node[n.name] += float(f[-2])
+    if args.nodes:
+        pattern = re.compile(args.nodes)
+        print(f"{'node':60s} {'class':18s} {'in ch':>6s} {'ours ms':>8s} {'ort ms':>8s}")
+        for n in g.node:
+            k = conv_class(n, shapes, inits)
+            if not pattern.search(k) or n.name not in ours_node:
+                continue
+            channels = (shapes.get(n.input[0]) or [0, 0])[1]
+            print(f"{n.name[-60:]:60s} {k:18s} {channels:6d} {ours_node[n.name]:8.3f}"
+                  f" {ort_node.get(n.name, 0.0):8.3f}")
+        return
     keys = sorted(set(ours) | set(ort), key=lambda k: -(ours[k] - ort[k] if args.ort else ours[k]))
     print(f"{'class':26s} {'ours ms':>8s}" + (f" {'ort ms':>8s} {'diff':>8s}" if args.ort else ""))
     for k in keys:
