@@ -27,6 +27,10 @@ mod sensitivity;
 mod sensitivity_analysis;
 mod summary;
 
+/// Large buffers on cache lines: the kernels' 64-byte vectors then touch one line each.
+#[global_allocator]
+static ALLOC: hmct_quant::CacheLineAlloc = hmct_quant::CacheLineAlloc;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "hmct-debugger",

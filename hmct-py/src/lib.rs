@@ -9,6 +9,10 @@
 
 use pyo3::prelude::*;
 
+/// Large buffers on cache lines, as in `hmct-debugger` (see `hmct_quant::alloc`).
+#[global_allocator]
+static ALLOC: hmct_quant::CacheLineAlloc = hmct_quant::CacheLineAlloc;
+
 mod analyses;
 mod data;
 mod errors;

@@ -6,6 +6,7 @@
 //! calibration-node overrides, captures activations, and re-runs only what a change
 //! affects (see the `exec` module docs).
 
+pub mod alloc;
 mod buffers;
 mod cpu;
 pub mod exec;
@@ -17,6 +18,7 @@ pub mod ops;
 mod par;
 pub mod plan;
 
+pub use alloc::CacheLineAlloc;
 pub use exec::{Base, Capture, Config, NodeTimes, Override, RunError, Session, Values};
 pub use fake_quant::FakeQuant;
 pub use model::{fake_quant_for, plan_model};

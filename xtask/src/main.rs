@@ -5,6 +5,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
+/// Large buffers on cache lines, as in `hmct-debugger` (see `hmct_quant::alloc`).
+#[global_allocator]
+static ALLOC: hmct_quant::CacheLineAlloc = hmct_quant::CacheLineAlloc;
+
 mod bench_ort;
 mod example;
 mod peak;

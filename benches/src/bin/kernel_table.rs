@@ -9,6 +9,10 @@
 
 use hmct_benches::{CONV_SHAPES, Case, MATMUL_SHAPES, fma_peak_gflops, min_time_after};
 
+/// Large buffers on cache lines, as in `hmct-debugger` (see `hmct_quant::alloc`).
+#[global_allocator]
+static ALLOC: hmct_quant::CacheLineAlloc = hmct_quant::CacheLineAlloc;
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut runs = 20;

@@ -11,6 +11,10 @@ use hmct_quant::{Capture, Config, Override, Session, plan_model};
 use hmct_tensor::{Dataset, Tensor};
 use rayon::prelude::*;
 
+/// Large buffers on cache lines, as in `hmct-debugger` (see `hmct_quant::alloc`).
+#[global_allocator]
+static ALLOC: hmct_quant::CacheLineAlloc = hmct_quant::CacheLineAlloc;
+
 fn cosine(x: &Tensor, y: &Tensor) -> f64 {
     let (x, y) = (x.as_f32().expect("f32"), y.as_f32().expect("f32"));
     let (mut xy, mut xx, mut yy) = (0.0f64, 0.0f64, 0.0f64);
