@@ -641,7 +641,8 @@ fn conv_f32(
     let kdim = c / group * g.k_vol();
     let (mg, cg) = (m / group, c / group);
     if super::conv_winograd::fits(g, c, m, group) {
-        let pack = || super::conv_winograd::pack_weights(w, m, c);
+        let variant = super::conv_winograd::variant(g, c, m);
+        let pack = || super::conv_winograd::pack_weights(w, m, c, variant);
         let mut fresh = None;
         let packed = kept_or_fresh(derived.map(|d| &d.winograd), &mut fresh, pack);
         super::conv_winograd::conv(packed, x, bias, y, n, c, m, g, tail);

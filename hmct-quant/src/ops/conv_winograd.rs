@@ -11,9 +11,14 @@
 //! (`Aᵀ m A`) into its four outputs, plus the bias. Tiles go in chunks of whole tile
 //! rows, sized so that the transformed input and sums stay in cache.
 //!
+//! Convs with 64 or more channels on larger planes run F(4x4, 3x3) instead (see
+//! [`variant`]): 4x4 outputs from 6x6 inputs, 36 multiplies per 16 outputs.
+//!
 //! The sums differ from the direct form's by rounding (the transforms add and
-//! subtract inputs before the products and sums after them): within a few units in the
-//! last place of the largest products, far inside the tolerances against onnxruntime.
+//! subtract inputs before the products and sums after them): F(2x2) within a few units
+//! in the last place of the largest products (the unit test: 2.8e-7 of the sum of the
+//! products' magnitudes), F(4x4), whose coefficients reach 5 and 8, within 1.3e-5 of
+//! it, at a tile's last output; both far inside the tolerances against onnxruntime.
 //! The order is fixed by the shapes alone, so the results do not depend on the thread
 //! count, and a model's full and incremental runs, which run the same kernel on the
 //! same values, give the same bits.
@@ -75,28 +80,106 @@ fn worth_it(pairs: usize, plane: usize) -> bool {
 /// `HMCT_CONV_WINOGRAD` is `off`, for runs that must give the direct form's sums
 /// (and to time the two against each other).
 fn enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("HMCT_CONV_WINOGRAD").as_deref() != Ok("off"))
+    mode() != Mode::Off
+}
+
+/// `HMCT_CONV_WINOGRAD`: `off` (direct convs), `f2` (F(2x2, 3x3) only), or unset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Off,
+    F2,
+    Both,
+}
+
+fn mode() -> Mode {
+    static MODE: std::sync::OnceLock<Mode> = std::sync::OnceLock::new();
+    *MODE.get_or_init(|| match std::env::var("HMCT_CONV_WINOGRAD").as_deref() {
+        Ok("off") => Mode::Off,
+        Ok("f2") => Mode::F2,
+        _ => Mode::Both,
+    })
+}
+
+/// The two tile sizes: F(2x2, 3x3) and F(4x4, 3x3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Variant {
+    /// 2x2 outputs from 4x4 inputs: 16 products per 4 outputs.
+    F2,
+    /// 4x4 outputs from 6x6 inputs: 36 products per 16 outputs, with larger
+    /// transform coefficients (up to 5 and 8 against 1), so larger rounding.
+    F4,
+}
+
+impl Variant {
+    /// Outputs per tile side.
+    fn out(self) -> usize {
+        match self {
+            Variant::F2 => 2,
+            Variant::F4 => 4,
+        }
+    }
+
+    /// Frequencies per tile: the transformed input's values.
+    fn freqs(self) -> usize {
+        (self.out() + 2) * (self.out() + 2)
+    }
+
+    /// The variant whose weights `packed` holds (one matrix per frequency).
+    fn of(packed: &[Vec<f32>]) -> Variant {
+        match packed.len() {
+            FREQS => Variant::F2,
+            _ => Variant::F4,
+        }
+    }
+}
+
+/// Which variant [`conv`] runs a conv [`fits`] accepts with: F(4x4, 3x3) with 64 or
+/// more input and output channels on planes of 28x28 outputs or more, unless
+/// `HMCT_CONV_WINOGRAD` is `f2`.
+///
+/// Its transforms cost about as much as its products on 64 channels, so it pays where
+/// the products weigh more or whole tiles cover the plane. `kernel_table` on a Zen 4
+/// (least of 10 runs, F(4x4) / F(2x2), 3 alternating rounds): PP-OCRv4's 96->96 at
+/// 160x160 0.76, YOLO's 80->80 at 40x40 and 80x80 0.84, 64->80 at 80x80 0.89,
+/// ResNet-50's 128->128 at 28x28 0.91, 64->64 at 56x56 0.98; but ResNet-50's
+/// 256->256 at 14x14 1.10 (four tiles of four cover 16 columns of 14).
+pub(crate) fn variant(g: &Win3, c: usize, m: usize) -> Variant {
+    if c >= 64 && m >= 64 && g.out_vol() >= 28 * 28 && mode() != Mode::F2 {
+        Variant::F4
+    } else {
+        Variant::F2
+    }
 }
 
 /// The transformed weights `U = G g Gᵀ` of `w` (`[m, c, 3, 3]`), one `[m, c]` matrix per
 /// frequency, each packed for the channel-lanes kernel. The transform runs in f64, so
 /// each value is rounded to f32 once, from sums far more precise than f32's.
-pub(crate) fn pack_weights(w: &[f32], m: usize, c: usize) -> Vec<Vec<f32>> {
-    let mut u = vec![vec![0.0f32; m * c]; FREQS];
+pub(crate) fn pack_weights(w: &[f32], m: usize, c: usize, variant: Variant) -> Vec<Vec<f32>> {
+    let side = variant.out() + 2;
+    let mut u = vec![vec![0.0f32; m * c]; variant.freqs()];
     for (oc, g) in w.chunks_exact(9).enumerate() {
         let g: [f64; 9] = std::array::from_fn(|i| g[i] as f64);
-        // G g: rows g0, (g0 + g1 + g2) / 2, (g0 - g1 + g2) / 2, g2 of the kernel's rows.
-        let gg = |col: usize| {
-            let (a, b, c) = (g[col], g[3 + col], g[6 + col]);
-            [a, (a + b + c) / 2.0, (a - b + c) / 2.0, c]
+        // G applied to a column of the kernel (a, b, c).
+        let gg = |a: f64, b: f64, c: f64| -> Vec<f64> {
+            match variant {
+                Variant::F2 => vec![a, (a + b + c) / 2.0, (a - b + c) / 2.0, c],
+                Variant::F4 => vec![
+                    a / 4.0,
+                    -(a + b + c) / 6.0,
+                    -(a - b + c) / 6.0,
+                    a / 24.0 + b / 12.0 + c / 6.0,
+                    a / 24.0 - b / 12.0 + c / 6.0,
+                    c,
+                ],
+            }
         };
-        let cols = [gg(0), gg(1), gg(2)];
-        for i in 0..4 {
-            let (a, b, c) = (cols[0][i], cols[1][i], cols[2][i]);
-            let row = [a, (a + b + c) / 2.0, (a - b + c) / 2.0, c];
+        let cols: Vec<Vec<f64>> = (0..3)
+            .map(|col| gg(g[col], g[3 + col], g[6 + col]))
+            .collect();
+        for i in 0..side {
+            let row = gg(cols[0][i], cols[1][i], cols[2][i]);
             for (j, v) in row.into_iter().enumerate() {
-                u[4 * i + j][oc] = v as f32;
+                u[side * i + j][oc] = v as f32;
             }
         }
     }
@@ -120,8 +203,11 @@ pub(crate) fn conv(
     tail: Option<&crate::fusion::Tail>,
 ) {
     let [_, oh, ow] = g.out;
-    let (th, tw) = (oh.div_ceil(2), ow.div_ceil(2));
-    let per_chunk = (CHUNK_VALUES / c).max(MIN_TILES);
+    let variant = Variant::of(packed);
+    let (side, freqs) = (variant.out(), variant.freqs());
+    let (th, tw) = (oh.div_ceil(side), ow.div_ceil(side));
+    // The transformed input of a chunk is as large for either variant.
+    let per_chunk = (CHUNK_VALUES * FREQS / freqs / c).max(MIN_TILES);
     let chunk_rows = per_chunk.div_ceil(tw + 1).clamp(1, th);
     let chunks = th.div_ceil(chunk_rows);
     assert!(x.len() >= n * c * g.in_vol() && y.len() >= n * m * g.out_vol());
@@ -137,9 +223,12 @@ pub(crate) fn conv(
         // than the direct conv).
         let slots = rows.len() * (tw + 1);
         let xb = &x[b * c * g.in_vol()..][..c * g.in_vol()];
-        let mut v = crate::buffers::take::<f32>(FREQS * c * slots);
-        let mut sums = crate::buffers::take::<f32>(FREQS * m * slots);
-        transform_input(xb, c, g, rows.clone(), &mut v);
+        let mut v = crate::buffers::take::<f32>(freqs * c * slots);
+        let mut sums = crate::buffers::take::<f32>(freqs * m * slots);
+        match variant {
+            Variant::F2 => transform_input(xb, c, g, rows.clone(), &mut v),
+            Variant::F4 => transform_input4(xb, c, g, rows.clone(), &mut v),
+        }
         let pointwise = Win3 {
             input: [1, 1, slots],
             out: [1, 1, slots],
@@ -148,7 +237,7 @@ pub(crate) fn conv(
             dil: [1; 3],
             pad: [0; 3],
         };
-        for f in 0..FREQS {
+        for f in 0..freqs {
             let (vf, sf) = (
                 &v[f * c * slots..][..c * slots],
                 &mut sums[f * m * slots..][..m * slots],
@@ -159,22 +248,21 @@ pub(crate) fn conv(
             );
         }
         // Output rows of the chunk's tiles, in each channel plane of image b.
-        let out_rows = 2 * rows.start..(2 * rows.end).min(oh);
+        let out_rows = side * rows.start..(side * rows.end).min(oh);
         let first = (b * m) * g.out_vol() + out_rows.start * ow;
         // SAFETY: output rows `out_rows` of every channel of image `b` belong to this
         // task alone (tasks split images and tile rows), inside `y` (checked above).
         unsafe {
-            transform_output(
-                &sums,
-                m,
-                slots,
-                tw,
-                bias,
-                ow,
-                g.out_vol(),
-                out_rows.len(),
-                yp.0.add(first),
-            )
+            let out = yp.0.add(first);
+            let (out_vol, n_rows) = (g.out_vol(), out_rows.len());
+            match variant {
+                Variant::F2 => {
+                    transform_output(&sums, m, slots, tw, bias, ow, out_vol, n_rows, out)
+                }
+                Variant::F4 => {
+                    transform_output4(&sums, m, slots, tw, bias, ow, out_vol, n_rows, out)
+                }
+            }
         };
         if let Some(tail) = tail {
             // SAFETY: the same outputs, this task's alone.
@@ -343,6 +431,239 @@ fn interleave(a: &[f32], b: &[f32], dst: &mut [f32]) {
     }
 }
 
+/// [`transform_input`] for F(4x4, 3x3): tile `(r, j)` reads padded rows `4r .. 4r + 6`,
+/// columns `4j .. 4j + 6`; frequency `6i + k` of `Bᵀ d B` goes to `v` as there.
+fn transform_input4(xb: &[f32], c: usize, g: &Win3, rows: std::ops::Range<usize>, v: &mut [f32]) {
+    let [_, ih, iw] = g.input;
+    let [_, oh, ow] = g.out;
+    let (ph, pw) = (g.pad[1] as usize, g.pad[2] as usize);
+    let phase = ow.div_ceil(4) + 1;
+    let slots = rows.len() * phase;
+    let (eh, ew) = (oh + 2, ow + 2);
+    let (rows_in, cols_in) = (ih.min(eh.saturating_sub(ph)), iw.min(ew.saturating_sub(pw)));
+    // Row `i` of every tile row: padded columns `4t + φ` in phase `φ`, `phase` of each
+    // per tile row, and one more for the last slot's shift.
+    let span = slots + 1;
+    let padded_len = 4 * phase;
+    f32::with_scratch(24 * span + 36 * slots + padded_len, |scratch| {
+        let (split, rest) = scratch.split_at_mut(24 * span);
+        let (q, padded) = rest.split_at_mut(36 * slots);
+        split.fill(0.0);
+        padded.fill(0.0);
+        for ci in 0..c {
+            let plane = &xb[ci * ih * iw..][..ih * iw];
+            for i in 0..6 {
+                let phases = &mut split[4 * i * span..][..4 * span];
+                for (ri, r) in rows.clone().enumerate() {
+                    let row = (4 * r + i).checked_sub(ph).filter(|&h| h < rows_in);
+                    let data = row.map_or(&[][..], |h| &plane[h * iw..][..cols_in]);
+                    // The padding columns stay zero; the data's span is rewritten.
+                    padded[pw..pw + cols_in].fill(0.0);
+                    padded[pw..pw + data.len()].copy_from_slice(data);
+                    let (p01, p23) = phases.split_at_mut(2 * span);
+                    let (p0, p1) = p01.split_at_mut(span);
+                    let (p2, p3) = p23.split_at_mut(span);
+                    let at = ri * phase..(ri + 1) * phase;
+                    deinterleave4(
+                        padded,
+                        [
+                            &mut p0[at.clone()],
+                            &mut p1[at.clone()],
+                            &mut p2[at.clone()],
+                            &mut p3[at],
+                        ],
+                    );
+                }
+            }
+            columns4(split, slots, q);
+            for k in 0..6 {
+                let cols: [&[f32]; 6] = std::array::from_fn(|i| &q[(6 * i + k) * slots..][..slots]);
+                let outs: [usize; 6] = std::array::from_fn(|i| ((6 * i + k) * c + ci) * slots);
+                rows_of4(cols, &mut *v, outs, slots);
+            }
+        }
+    });
+}
+
+/// `Bᵀ a` of F(4x4, 3x3) for six values `a`.
+#[inline(always)]
+fn b_t(a: [f32; 6]) -> [f32; 6] {
+    [
+        4.0 * a[0] - 5.0 * a[2] + a[4],
+        -4.0 * a[1] - 4.0 * a[2] + a[3] + a[4],
+        4.0 * a[1] - 4.0 * a[2] - a[3] + a[4],
+        -2.0 * a[1] - a[2] + 2.0 * a[3] + a[4],
+        2.0 * a[1] - a[2] - 2.0 * a[3] + a[4],
+        4.0 * a[1] - 5.0 * a[3] + a[5],
+    ]
+}
+
+/// `d B` over a chunk's slots: `q[(6i + k)·slots + u]` is column `k` of row `i` of slot
+/// `u`'s tile, from row `i`'s four phases in `split` (`slots + 1` values each).
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
+fn columns4(split: &[f32], slots: usize, q: &mut [f32]) {
+    let span = slots + 1;
+    for i in 0..6 {
+        let p: [&[f32]; 4] = std::array::from_fn(|f| &split[(4 * i + f) * span..][..span]);
+        let (rows, _) = q[6 * i * slots..].split_at_mut(6 * slots);
+        let mut out = rows.chunks_exact_mut(slots);
+        let mut next = || out.next().expect("six rows");
+        let (q0, q1, q2, q3, q4, q5) = (next(), next(), next(), next(), next(), next());
+        for u in 0..slots {
+            let b = b_t([p[0][u], p[1][u], p[2][u], p[3][u], p[0][u + 1], p[1][u + 1]]);
+            q0[u] = b[0];
+            q1[u] = b[1];
+            q2[u] = b[2];
+            q3[u] = b[3];
+            q4[u] = b[4];
+            q5[u] = b[5];
+        }
+    }
+}
+
+/// `Bᵀ q` for one column over a chunk's slots: `cols[i]` is row `i`'s column; row `i`
+/// of the result goes to `v[outs[i] ..][.. slots]`.
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
+fn rows_of4(cols: [&[f32]; 6], v: &mut [f32], outs: [usize; 6], slots: usize) {
+    let cols: [&[f32]; 6] = std::array::from_fn(|i| &cols[i][..slots]);
+    // SAFETY: `outs` are the starts of six disjoint runs of `slots` values of `v`
+    // (frequencies apart), each inside it.
+    let dst: [&mut [f32]; 6] = std::array::from_fn(|i| {
+        assert!(outs[i] + slots <= v.len());
+        unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().add(outs[i]), slots) }
+    });
+    let [d0, d1, d2, d3, d4, d5] = dst;
+    for u in 0..slots {
+        let b = b_t(std::array::from_fn(|i| cols[i][u]));
+        d0[u] = b[0];
+        d1[u] = b[1];
+        d2[u] = b[2];
+        d3[u] = b[3];
+        d4[u] = b[4];
+        d5[u] = b[5];
+    }
+}
+
+/// The four phases of `padded`: `phases[f][t] = padded[4t + f]`, as far as the phases go.
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
+fn deinterleave4(padded: &[f32], phases: [&mut [f32]; 4]) {
+    let [p0, p1, p2, p3] = phases;
+    let n = p0.len().min(p1.len()).min(p2.len()).min(p3.len());
+    for (t, quad) in padded.chunks_exact(4).take(n).enumerate() {
+        p0[t] = quad[0];
+        p1[t] = quad[1];
+        p2[t] = quad[2];
+        p3[t] = quad[3];
+    }
+}
+
+/// [`transform_output`] for F(4x4, 3x3): frequency `6i + k` of the sums, sixteen
+/// outputs per tile.
+///
+/// # Safety
+/// As for [`transform_output`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn transform_output4(
+    sums: &[f32],
+    m: usize,
+    slots: usize,
+    tw: usize,
+    bias: Option<&[f32]>,
+    ow: usize,
+    out_vol: usize,
+    out_rows: usize,
+    out: *mut f32,
+) {
+    let phase = tw + 1;
+    f32::with_scratch(40 * slots, |lines| {
+        for o in 0..m {
+            let start = bias.map_or(0.0, |b| b[o]);
+            let m36: [&[f32]; 36] = std::array::from_fn(|f| &sums[(f * m + o) * slots..][..slots]);
+            back4(&m36, start, lines, slots);
+            for r in 0..out_rows.div_ceil(4) {
+                for k in 0..4.min(out_rows - 4 * r) {
+                    // SAFETY: a row of channel `o` the caller gave.
+                    let dst = unsafe {
+                        std::slice::from_raw_parts_mut(out.add(o * out_vol + (4 * r + k) * ow), ow)
+                    };
+                    let line = |l: usize| &lines[(4 * k + l) * slots + r * phase..][..tw];
+                    interleave4([line(0), line(1), line(2), line(3)], dst);
+                }
+            }
+        }
+    });
+}
+
+/// `Aᵀ a` of F(4x4, 3x3) for six values `a`.
+#[inline(always)]
+fn a_t(a: [f32; 6]) -> [f32; 4] {
+    [
+        a[0] + a[1] + a[2] + a[3] + a[4],
+        a[1] - a[2] + 2.0 * (a[3] - a[4]),
+        a[1] + a[2] + 4.0 * (a[3] + a[4]),
+        a[1] - a[2] + 8.0 * (a[3] - a[4]) + a[5],
+    ]
+}
+
+/// The sixteen outputs of the tile in each slot: `lines[(4k + l)·slots + u]` is output
+/// row `k`, column `l` of slot `u`'s tile; `lines` also holds 24 more rows of scratch.
+fn back4(m: &[&[f32]; 36], start: f32, lines: &mut [f32], slots: usize) {
+    let (out, t) = lines[..40 * slots].split_at_mut(16 * slots);
+    // `M A` row by row: row `i`'s four values in `t[(4i + l)·slots ..]`.
+    for i in 0..6 {
+        let mut rows = t[4 * i * slots..][..4 * slots].chunks_exact_mut(slots);
+        let dst: [&mut [f32]; 4] = std::array::from_fn(|_| rows.next().expect("4 rows"));
+        a_t_lines(std::array::from_fn(|j| m[6 * i + j]), dst, 0.0, slots);
+    }
+    // `Aᵀ` down each column `l`, plus the start.
+    let t = &*t;
+    for l in 0..4 {
+        let mut lines4: [&mut [f32]; 4] = [&mut [], &mut [], &mut [], &mut []];
+        for (k, chunk) in out.chunks_exact_mut(slots).enumerate() {
+            if k % 4 == l {
+                lines4[k / 4] = chunk;
+            }
+        }
+        a_t_lines(
+            std::array::from_fn(|i| &t[(4 * i + l) * slots..][..slots]),
+            lines4,
+            start,
+            slots,
+        );
+    }
+}
+
+/// `dst[k][u] = start + (Aᵀ a)[k]` over `u < slots`, with `a = inp[..][u]`.
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
+fn a_t_lines(inp: [&[f32]; 6], dst: [&mut [f32]; 4], start: f32, slots: usize) {
+    let [a0, a1, a2, a3, a4, a5] = inp.map(|a| &a[..slots]);
+    let [d0, d1, d2, d3] = dst.map(|d| &mut d[..slots]);
+    for u in 0..slots {
+        let y = a_t([a0[u], a1[u], a2[u], a3[u], a4[u], a5[u]]);
+        d0[u] = start + y[0];
+        d1[u] = start + y[1];
+        d2[u] = start + y[2];
+        d3[u] = start + y[3];
+    }
+}
+
+/// `dst[4t + l] = lines[l][t]`, as far as `dst` goes.
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
+fn interleave4(lines: [&[f32]; 4], dst: &mut [f32]) {
+    let quads = dst.len() / 4;
+    let [l0, l1, l2, l3] = lines.map(|l| &l[..quads]);
+    let (body, rest) = dst.split_at_mut(4 * quads);
+    for (t, quad) in body.chunks_exact_mut(4).enumerate() {
+        quad[0] = l0[t];
+        quad[1] = l1[t];
+        quad[2] = l2[t];
+        quad[3] = l3[t];
+    }
+    for (k, d) in rest.iter_mut().enumerate() {
+        *d = lines[k][quads];
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -373,41 +694,48 @@ mod tests {
             (1, 129, 130, win(10, 14, [2; 4])),
             (1, 64, 32, win(40, 41, [1; 4])),
         ];
-        for (i, &(n, c, m, g)) in cases.iter().enumerate() {
-            assert!(fits(&g, c, m, 1), "case {i}");
-            let seed = 7 * i as u64;
-            let x = values(n * c * g.in_vol(), seed);
-            let w = values(m * c * 9, seed + 1);
-            let bias = values(m, seed + 2);
-            let packed = pack_weights(&w, m, c);
-            let abs = |v: &[f32]| v.iter().map(|a| a.abs()).collect::<Vec<f32>>();
-            let mut magnitude = vec![0.0f32; n * m * g.out_vol()];
-            let (xa, wa, ba) = (abs(&x), abs(&w), abs(&bias));
-            super::super::conv_direct::conv(
-                isa,
-                &xa,
-                &wa,
-                Some(&ba),
-                &mut magnitude,
-                n,
-                c,
-                m,
-                1,
-                &g,
-                None,
-            );
-            for b in [None, Some(&bias[..])] {
-                let mut want = vec![0.0f32; n * m * g.out_vol()];
-                super::super::conv_direct::conv(isa, &x, &w, b, &mut want, n, c, m, 1, &g, None);
-                let mut got = vec![f32::NAN; want.len()];
-                conv(&packed, &x, b, &mut got, n, c, m, &g, None);
-                for (j, ((a, e), mag)) in got.iter().zip(&want).zip(&magnitude).enumerate() {
-                    assert!(
-                        (a - e).abs() <= 1e-5 * mag,
-                        "case {i}, output {j}: {a} vs {e} (magnitude {mag})"
+        for (variant, tolerance) in [(Variant::F2, 1e-5), (Variant::F4, 5e-5)] {
+            let mut worst = 0.0f32;
+            for (i, &(n, c, m, g)) in cases.iter().enumerate() {
+                assert!(fits(&g, c, m, 1), "case {i}");
+                let seed = 7 * i as u64;
+                let x = values(n * c * g.in_vol(), seed);
+                let w = values(m * c * 9, seed + 1);
+                let bias = values(m, seed + 2);
+                let packed = pack_weights(&w, m, c, variant);
+                let abs = |v: &[f32]| v.iter().map(|a| a.abs()).collect::<Vec<f32>>();
+                let mut magnitude = vec![0.0f32; n * m * g.out_vol()];
+                let (xa, wa, ba) = (abs(&x), abs(&w), abs(&bias));
+                super::super::conv_direct::conv(
+                    isa,
+                    &xa,
+                    &wa,
+                    Some(&ba),
+                    &mut magnitude,
+                    n,
+                    c,
+                    m,
+                    1,
+                    &g,
+                    None,
+                );
+                for b in [None, Some(&bias[..])] {
+                    let mut want = vec![0.0f32; n * m * g.out_vol()];
+                    super::super::conv_direct::conv(
+                        isa, &x, &w, b, &mut want, n, c, m, 1, &g, None,
                     );
+                    let mut got = vec![f32::NAN; want.len()];
+                    conv(&packed, &x, b, &mut got, n, c, m, &g, None);
+                    for (j, ((a, e), mag)) in got.iter().zip(&want).zip(&magnitude).enumerate() {
+                        worst = worst.max((a - e).abs() / mag);
+                        assert!(
+                            (a - e).abs() <= tolerance * mag,
+                            "{variant:?}, case {i}, output {j}: {a} vs {e} (magnitude {mag})"
+                        );
+                    }
                 }
             }
+            eprintln!("{variant:?}: largest error {worst:.2e} of the magnitude");
         }
     }
 }
