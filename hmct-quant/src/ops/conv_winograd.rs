@@ -255,14 +255,7 @@ pub(crate) fn conv(
         unsafe {
             let out = yp.0.add(first);
             let (out_vol, n_rows) = (g.out_vol(), out_rows.len());
-            match variant {
-                Variant::F2 => {
-                    transform_output(&sums, m, slots, tw, bias, ow, out_vol, n_rows, out)
-                }
-                Variant::F4 => {
-                    transform_output4(&sums, m, slots, tw, bias, ow, out_vol, n_rows, out)
-                }
-            }
+            transform_output(variant, &sums, m, slots, tw, bias, ow, out_vol, n_rows, out);
         };
         if let Some(tail) = tail {
             // SAFETY: the same outputs, this task's alone.
@@ -363,13 +356,14 @@ fn rows_of(cols: [&[f32]; 4], v: &mut [f32], outs: [usize; 4], slots: usize) {
 /// `Aᵀ m A` plus the bias for every tile of a chunk: `sums` holds frequency `f`, output
 /// channel `o`, slot `u` at `(f·m + o)·slots + u` (tile `(r, j)` in slot `r·(tw + 1) +
 /// j`); the outputs go to `out`, channel `o`'s `out_rows` rows of `ow` from `out +
-/// o·out_vol` (the last row or column of an edge tile past the output is dropped).
+/// o·out_vol` (the last rows or columns of an edge tile past the output are dropped).
 ///
 /// # Safety
 /// Those rows are the caller's to write, and nothing else accesses them during the
 /// call.
 #[allow(clippy::too_many_arguments)]
 unsafe fn transform_output(
+    variant: Variant,
     sums: &[f32],
     m: usize,
     slots: usize,
@@ -380,21 +374,34 @@ unsafe fn transform_output(
     out_rows: usize,
     out: *mut f32,
 ) {
+    let (side, freqs) = (variant.out(), variant.freqs());
     let phase = tw + 1;
-    f32::with_scratch(4 * slots, |lines| {
+    // The output lines of a tile (and F(4x4)'s 24 lines of `M A`).
+    let scratch = match variant {
+        Variant::F2 => 4 * slots,
+        Variant::F4 => 40 * slots,
+    };
+    f32::with_scratch(scratch, |lines| {
         for o in 0..m {
             let start = bias.map_or(0.0, |b| b[o]);
-            let m16: [&[f32]; FREQS] =
-                std::array::from_fn(|f| &sums[(f * m + o) * slots..][..slots]);
-            back(&m16, start, lines, slots);
-            for r in 0..out_rows.div_ceil(2) {
-                for k in 0..2.min(out_rows - 2 * r) {
+            let mf: [&[f32]; 36] =
+                std::array::from_fn(|f| &sums[(f.min(freqs - 1) * m + o) * slots..][..slots]);
+            match variant {
+                Variant::F2 => back(mf[..FREQS].try_into().expect("16"), start, lines, slots),
+                Variant::F4 => back4(&mf, start, lines, slots),
+            }
+            for r in 0..out_rows.div_ceil(side) {
+                for k in 0..side.min(out_rows - side * r) {
                     // SAFETY: a row of channel `o` the caller gave.
                     let dst = unsafe {
-                        std::slice::from_raw_parts_mut(out.add(o * out_vol + (2 * r + k) * ow), ow)
+                        let at = o * out_vol + (side * r + k) * ow;
+                        std::slice::from_raw_parts_mut(out.add(at), ow)
                     };
-                    let line = |l: usize| &lines[(2 * k + l) * slots + r * phase..][..tw];
-                    interleave(line(0), line(1), dst);
+                    let line = |l: usize| &lines[(side * k + l) * slots + r * phase..][..tw];
+                    match variant {
+                        Variant::F2 => interleave(line(0), line(1), dst),
+                        Variant::F4 => interleave4([line(0), line(1), line(2), line(3)], dst),
+                    }
                 }
             }
         }
@@ -555,43 +562,6 @@ fn deinterleave4(padded: &[f32], phases: [&mut [f32]; 4]) {
         p2[t] = quad[2];
         p3[t] = quad[3];
     }
-}
-
-/// [`transform_output`] for F(4x4, 3x3): frequency `6i + k` of the sums, sixteen
-/// outputs per tile.
-///
-/// # Safety
-/// As for [`transform_output`].
-#[allow(clippy::too_many_arguments)]
-unsafe fn transform_output4(
-    sums: &[f32],
-    m: usize,
-    slots: usize,
-    tw: usize,
-    bias: Option<&[f32]>,
-    ow: usize,
-    out_vol: usize,
-    out_rows: usize,
-    out: *mut f32,
-) {
-    let phase = tw + 1;
-    f32::with_scratch(40 * slots, |lines| {
-        for o in 0..m {
-            let start = bias.map_or(0.0, |b| b[o]);
-            let m36: [&[f32]; 36] = std::array::from_fn(|f| &sums[(f * m + o) * slots..][..slots]);
-            back4(&m36, start, lines, slots);
-            for r in 0..out_rows.div_ceil(4) {
-                for k in 0..4.min(out_rows - 4 * r) {
-                    // SAFETY: a row of channel `o` the caller gave.
-                    let dst = unsafe {
-                        std::slice::from_raw_parts_mut(out.add(o * out_vol + (4 * r + k) * ow), ow)
-                    };
-                    let line = |l: usize| &lines[(4 * k + l) * slots + r * phase..][..tw];
-                    interleave4([line(0), line(1), line(2), line(3)], dst);
-                }
-            }
-        }
-    });
 }
 
 /// `Aᵀ a` of F(4x4, 3x3) for six values `a`.
