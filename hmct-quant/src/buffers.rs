@@ -140,7 +140,10 @@ fn give_f32(mut v: Vec<f32>) {
     {
         // SAFETY: this is the buffer `take_f32` lent out truncated (same address,
         // capacity and length: nothing reallocated it), whose values up to `full`
-        // were initialized then; truncation leaves them as they were.
+        // were initialized then; truncation leaves them as they were. (A vector that
+        // is not it would need a freed lent buffer's exact address, capacity and
+        // length and a tail it never wrote; pooled values are only read after `take`'s
+        // callers write them.)
         unsafe { v.set_len(full) };
     }
     POOL.with(|p| {
