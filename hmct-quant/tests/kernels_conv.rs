@@ -703,3 +703,51 @@ fn mostly_padding_taps() {
         }
     }
 }
+
+/// 3x3 convs that the Conv op runs by Winograd's F(4x4, 3x3) (64+ channels on planes
+/// of 28x28 and more: whole tiles, edge tiles past the output, uneven pads, two images)
+/// and by F(2x2, 3x3) (a 14x14 plane), against the f64 reference. Winograd's sums are
+/// rounded differently (F(4x4)'s transforms multiply by up to 8·8), so each output is
+/// held within 5e-5 of the sum of its products' magnitudes, not of its own value: a
+/// wrong tap or transform is off by whole products.
+#[test]
+fn winograd_convs_match_reference() {
+    for (n, c, m, h, w, p) in [
+        (1, 64, 64, 28, 28, [1, 1, 1, 1]),
+        (2, 64, 80, 30, 29, [0, 1, 2, 1]),
+        (1, 96, 64, 33, 35, [1, 1, 1, 1]),
+        (1, 64, 64, 14, 14, [1, 1, 1, 1]),
+    ] {
+        let case = Case {
+            n,
+            cg: c,
+            group: 1,
+            mg: m,
+            h,
+            w,
+            k: [3, 3],
+            s: [1, 1],
+            d: [1, 1],
+            p,
+        };
+        let (xv, wv, bv) = (
+            values(n * c * h * w, 40),
+            values(m * c * 9, 41),
+            values(m, 42),
+        );
+        let x = Tensor::from_f32(&[n, c, h, w], xv.clone()).unwrap();
+        let wt = Tensor::from_f32(&[m, c, 3, 3], wv.clone()).unwrap();
+        let b = Tensor::from_f32(&[m], bv.clone()).unwrap();
+        let got = run_conv(&case, &x, &wt, &b);
+        let (want, shape) = reference(&case, &xv, &wv, &bv);
+        assert_eq!(got.shape(), shape.as_slice());
+        let abs = |v: &[f32]| v.iter().map(|a| a.abs()).collect::<Vec<f32>>();
+        let (magnitude, _) = reference(&case, &abs(&xv), &abs(&wv), &abs(&bv));
+        for ((g, r), mag) in got.as_f32().unwrap().iter().zip(&want).zip(&magnitude) {
+            assert!(
+                (g - r).abs() <= 5e-5 * mag,
+                "{g} vs {r} (magnitude {mag}) in {case:?}"
+            );
+        }
+    }
+}
