@@ -51,9 +51,10 @@ struct Lent {
 /// them is pooled on this thread: the one given back last, whose values are the
 /// likeliest still in cache. Taking the best fit instead (the smallest, wasting at
 /// most a quarter) kept each value in its own buffer, so a run wrote far more memory
-/// than the caches hold: MobileNetV2/V3 and EfficientNet-B0 0.94-0.95 of the time
-/// per run once values reuse what was freed last (`tools/ab_models.sh 5`), as
-/// onnxruntime's memory planner has them do.
+/// than the caches hold: MobileNetV2/V3 and EfficientNet-B0 0.935-0.945 of the time
+/// per run once values reuse what was freed last (`tools/ab_models.sh 3`, 11f882e
+/// against its parent, both with `CacheLineAlloc`), as onnxruntime's memory planner
+/// has them do.
 fn take_f32(n: usize) -> Option<Vec<f32>> {
     if n < MIN_LEN {
         return None;

@@ -49,8 +49,14 @@ impl Blocked {
                 }
             }
         }
-        let kinds: Vec<Option<BlockedConv>> =
-            (0..nodes.len()).map(|i| conv_kind(plan, i)).collect();
+        let weights: Vec<Option<Vec<usize>>> =
+            (0..nodes.len()).map(|i| weight_shape(plan, i)).collect();
+        // What kind of blocked-capable conv each node is, if any.
+        let kinds: Vec<Option<BlockedConv>> = nodes
+            .iter()
+            .zip(&weights)
+            .map(|(node, w)| node.kernel()?.blocked_conv(w.as_deref()?))
+            .collect();
         let is_calibration = |i: usize| matches!(nodes[i].op, NodeOp::Calibration(c) if !plan.calibrations()[c].is_weight);
         let layout_free: Vec<bool> = nodes
             .iter()
@@ -64,7 +70,9 @@ impl Blocked {
         let mut cand = vec![false; n];
         for (p, node) in nodes.iter().enumerate() {
             let stores = kinds[p].is_some()
-                && weight_shape(plan, p).is_some_and(|w| w[0].is_multiple_of(BLOCK));
+                && weights[p]
+                    .as_ref()
+                    .is_some_and(|w| w[0].is_multiple_of(BLOCK));
             if stores || passes_on(p) {
                 cand[node.outputs[0]] = true;
             }
@@ -196,10 +204,4 @@ fn weight_shape(plan: &Plan, i: usize) -> Option<Vec<usize>> {
         },
     };
     matches!(**weight, Tensor::F32(_)).then(|| weight.shape().to_vec())
-}
-
-/// What kind of blocked-capable conv node `i` is, if any.
-fn conv_kind(plan: &Plan, i: usize) -> Option<BlockedConv> {
-    let kernel = plan.nodes()[i].kernel()?;
-    kernel.blocked_conv(&weight_shape(plan, i)?)
 }

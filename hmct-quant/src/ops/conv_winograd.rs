@@ -138,11 +138,12 @@ impl Variant {
 /// `HMCT_CONV_WINOGRAD` is `f2`.
 ///
 /// Its transforms cost about as much as its products on 64 channels, so it pays where
-/// the products weigh more or whole tiles cover the plane. `kernel_table` on a Zen 4
-/// (least of 10 runs, F(4x4) / F(2x2), 3 alternating rounds): PP-OCRv4's 96->96 at
-/// 160x160 0.76, YOLO's 80->80 at 40x40 and 80x80 0.84, 64->80 at 80x80 0.89,
-/// ResNet-50's 128->128 at 28x28 0.91, 64->64 at 56x56 0.98; but ResNet-50's
-/// 256->256 at 14x14 1.10 (four tiles of four cover 16 columns of 14).
+/// whole tiles cover the plane. `kernel_table 3x3_` against `HMCT_CONV_WINOGRAD=f2
+/// kernel_table 3x3_` on a Zen 4 (least of 10 runs, medians of 3 alternating rounds,
+/// F(4x4) / F(2x2)): PP-OCRv4's 96->96 at 160x160 0.78, YOLO's 80->80 at 80x80 0.73
+/// and at 40x40 0.84, 64->80 at 80x80 0.78, ResNet-50's 128->128 at 28x28 0.74, 64->64
+/// at 56x56 0.78. On 14x14 (ResNet-50's 256->256) four tiles of four cover 16 columns
+/// of 14: 1.10 in a scratch build that ran F(4x4) there (with half today's chunks).
 pub(crate) fn variant(g: &Win3, c: usize, m: usize) -> Variant {
     if c >= 64 && m >= 64 && g.out_vol() >= 28 * 28 && mode() != Mode::F2 {
         Variant::F4
@@ -159,11 +160,11 @@ pub(crate) fn pack_weights(w: &[f32], m: usize, c: usize, variant: Variant) -> V
     let mut u = vec![vec![0.0f32; m * c]; variant.freqs()];
     for (oc, g) in w.chunks_exact(9).enumerate() {
         let g: [f64; 9] = std::array::from_fn(|i| g[i] as f64);
-        // G applied to a column of the kernel (a, b, c).
-        let gg = |a: f64, b: f64, c: f64| -> Vec<f64> {
+        // G applied to a column of the kernel (a, b, c): its first `side` values.
+        let gg = |a: f64, b: f64, c: f64| -> [f64; 6] {
             match variant {
-                Variant::F2 => vec![a, (a + b + c) / 2.0, (a - b + c) / 2.0, c],
-                Variant::F4 => vec![
+                Variant::F2 => [a, (a + b + c) / 2.0, (a - b + c) / 2.0, c, 0.0, 0.0],
+                Variant::F4 => [
                     a / 4.0,
                     -(a + b + c) / 6.0,
                     -(a - b + c) / 6.0,
@@ -173,12 +174,10 @@ pub(crate) fn pack_weights(w: &[f32], m: usize, c: usize, variant: Variant) -> V
                 ],
             }
         };
-        let cols: Vec<Vec<f64>> = (0..3)
-            .map(|col| gg(g[col], g[3 + col], g[6 + col]))
-            .collect();
+        let cols: [[f64; 6]; 3] = std::array::from_fn(|col| gg(g[col], g[3 + col], g[6 + col]));
         for i in 0..side {
             let row = gg(cols[0][i], cols[1][i], cols[2][i]);
-            for (j, v) in row.into_iter().enumerate() {
+            for (j, &v) in row[..side].iter().enumerate() {
                 u[side * i + j][oc] = v as f32;
             }
         }
@@ -208,9 +207,10 @@ pub(crate) fn conv(
     let (th, tw) = (oh.div_ceil(side), ow.div_ceil(side));
     // F(4x4)'s chunks hold twice the transformed input of F(2x2)'s: each frequency's
     // weights, read once per chunk, then serve more tiles. `kernel_table`, F(4x4)
-    // with the same size -> twice: ResNet-50's 64->64 at 56x56 1.54 -> 1.24 ms, 128->128
-    // at 28x28 1.27 -> 1.07, YOLO's 64->80 at 80x80 3.34 -> 2.93 (four times: 1.27-1.36,
-    // 1.07, 2.83). F(2x2) with twice: 64->64 at 56x56 1.60 -> 1.61, 64->80 3.9 -> 4.1.
+    // with the same size -> twice (the commit before a51674f against it): ResNet-50's
+    // 64->64 at 56x56 1.54 -> 1.24 ms, 128->128 at 28x28 1.27 -> 1.07, YOLO's 64->80 at
+    // 80x80 3.34 -> 2.93. A scratch build with the size as a knob: four times 1.27-1.36,
+    // 1.07, 2.83; F(2x2) with twice 64->64 at 56x56 1.60 -> 1.61, 64->80 3.9 -> 4.1.
     let values = match variant {
         Variant::F2 => CHUNK_VALUES * FREQS,
         Variant::F4 => 2 * CHUNK_VALUES * FREQS,
@@ -382,7 +382,7 @@ unsafe fn transform_output(
     out_rows: usize,
     out: *mut f32,
 ) {
-    let (side, freqs) = (variant.out(), variant.freqs());
+    let side = variant.out();
     let phase = tw + 1;
     // The output lines of a tile (and F(4x4)'s 24 lines of `M A`).
     let scratch = match variant {
@@ -392,11 +392,10 @@ unsafe fn transform_output(
     f32::with_scratch(scratch, |lines| {
         for o in 0..m {
             let start = bias.map_or(0.0, |b| b[o]);
-            let mf: [&[f32]; 36] =
-                std::array::from_fn(|f| &sums[(f.min(freqs - 1) * m + o) * slots..][..slots]);
+            let freq = |f: usize| &sums[(f * m + o) * slots..][..slots];
             match variant {
-                Variant::F2 => back(mf[..FREQS].try_into().expect("16"), start, lines, slots),
-                Variant::F4 => back4(&mf, start, lines, slots),
+                Variant::F2 => back(&std::array::from_fn(freq), start, lines, slots),
+                Variant::F4 => back4(&std::array::from_fn(freq), start, lines, slots),
             }
             for r in 0..out_rows.div_ceil(side) {
                 for k in 0..side.min(out_rows - side * r) {
@@ -470,11 +469,13 @@ fn transform_input4(xb: &[f32], c: usize, g: &Win3, rows: std::ops::Range<usize>
             for i in 0..6 {
                 let phases = &mut split[4 * i * span..][..4 * span];
                 for (ri, r) in rows.clone().enumerate() {
-                    let row = (4 * r + i).checked_sub(ph).filter(|&h| h < rows_in);
-                    let data = row.map_or(&[][..], |h| &plane[h * iw..][..cols_in]);
-                    // The padding columns stay zero; the data's span is rewritten.
-                    padded[pw..pw + cols_in].fill(0.0);
-                    padded[pw..pw + data.len()].copy_from_slice(data);
+                    // The padding columns stay zero; the data's span is the row's, or
+                    // zeros for a row outside the input.
+                    let data = &mut padded[pw..pw + cols_in];
+                    match (4 * r + i).checked_sub(ph).filter(|&h| h < rows_in) {
+                        Some(h) => data.copy_from_slice(&plane[h * iw..][..cols_in]),
+                        None => data.fill(0.0),
+                    }
                     let (p01, p23) = phases.split_at_mut(2 * span);
                     let (p0, p1) = p01.split_at_mut(span);
                     let (p2, p3) = p23.split_at_mut(span);
@@ -491,10 +492,13 @@ fn transform_input4(xb: &[f32], c: usize, g: &Win3, rows: std::ops::Range<usize>
                 }
             }
             columns4(split, slots, q);
+            // `Bᵀ` down each column `k`: frequency `6i + k` of channel `ci` at
+            // `((6i + k)·c + ci)·slots`, six frequencies `6·c·slots` apart.
             for k in 0..6 {
                 let cols: [&[f32]; 6] = std::array::from_fn(|i| &q[(6 * i + k) * slots..][..slots]);
-                let outs: [usize; 6] = std::array::from_fn(|i| ((6 * i + k) * c + ci) * slots);
-                rows_of4(cols, &mut *v, outs, slots);
+                let mut freqs = v[(k * c + ci) * slots..].chunks_mut(6 * c * slots);
+                let dst = std::array::from_fn(|_| freqs.next().expect("six frequencies"));
+                b_t_lines(cols, dst, slots);
             }
         }
     });
@@ -514,42 +518,29 @@ fn b_t(a: [f32; 6]) -> [f32; 6] {
 }
 
 /// `d B` over a chunk's slots: `q[(6i + k)·slots + u]` is column `k` of row `i` of slot
-/// `u`'s tile, from row `i`'s four phases in `split` (`slots + 1` values each).
-#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
+/// `u`'s tile, from row `i`'s four phases in `split` (`slots + 1` values each; the
+/// tile's columns 4 and 5 are the next slot's 0 and 1).
 fn columns4(split: &[f32], slots: usize, q: &mut [f32]) {
     let span = slots + 1;
     for i in 0..6 {
         let p: [&[f32]; 4] = std::array::from_fn(|f| &split[(4 * i + f) * span..][..span]);
-        let (rows, _) = q[6 * i * slots..].split_at_mut(6 * slots);
-        let mut out = rows.chunks_exact_mut(slots);
-        let mut next = || out.next().expect("six rows");
-        let (q0, q1, q2, q3, q4, q5) = (next(), next(), next(), next(), next(), next());
-        for u in 0..slots {
-            let b = b_t([p[0][u], p[1][u], p[2][u], p[3][u], p[0][u + 1], p[1][u + 1]]);
-            q0[u] = b[0];
-            q1[u] = b[1];
-            q2[u] = b[2];
-            q3[u] = b[3];
-            q4[u] = b[4];
-            q5[u] = b[5];
-        }
+        let cols = [p[0], p[1], p[2], p[3], &p[0][1..], &p[1][1..]];
+        let mut rows = q[6 * i * slots..][..6 * slots].chunks_exact_mut(slots);
+        b_t_lines(
+            cols,
+            std::array::from_fn(|_| rows.next().expect("six rows")),
+            slots,
+        );
     }
 }
 
-/// `Bᵀ q` for one column over a chunk's slots: `cols[i]` is row `i`'s column; row `i`
-/// of the result goes to `v[outs[i] ..][.. slots]`.
+/// `dst[k][u] = (Bᵀ a)[k]` over `u < slots`, with `a = cols[..][u]`.
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
-fn rows_of4(cols: [&[f32]; 6], v: &mut [f32], outs: [usize; 6], slots: usize) {
-    let cols: [&[f32]; 6] = std::array::from_fn(|i| &cols[i][..slots]);
-    // SAFETY: `outs` are the starts of six disjoint runs of `slots` values of `v`
-    // (frequencies apart), each inside it.
-    let dst: [&mut [f32]; 6] = std::array::from_fn(|i| {
-        assert!(outs[i] + slots <= v.len());
-        unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().add(outs[i]), slots) }
-    });
-    let [d0, d1, d2, d3, d4, d5] = dst;
+fn b_t_lines(cols: [&[f32]; 6], dst: [&mut [f32]; 6], slots: usize) {
+    let [a0, a1, a2, a3, a4, a5] = cols.map(|a| &a[..slots]);
+    let [d0, d1, d2, d3, d4, d5] = dst.map(|d| &mut d[..slots]);
     for u in 0..slots {
-        let b = b_t(std::array::from_fn(|i| cols[i][u]));
+        let b = b_t([a0[u], a1[u], a2[u], a3[u], a4[u], a5[u]]);
         d0[u] = b[0];
         d1[u] = b[1];
         d2[u] = b[2];
@@ -596,12 +587,9 @@ fn back4(m: &[&[f32]; 36], start: f32, lines: &mut [f32], slots: usize) {
     // `Aᵀ` down each column `l`, plus the start.
     let t = &*t;
     for l in 0..4 {
-        let mut lines4: [&mut [f32]; 4] = [&mut [], &mut [], &mut [], &mut []];
-        for (k, chunk) in out.chunks_exact_mut(slots).enumerate() {
-            if k % 4 == l {
-                lines4[k / 4] = chunk;
-            }
-        }
+        // Output rows `k` of column `l`: lines `4k + l`.
+        let mut column = out.chunks_exact_mut(slots).skip(l).step_by(4);
+        let lines4 = std::array::from_fn(|_| column.next().expect("four rows"));
         a_t_lines(
             std::array::from_fn(|i| &t[(4 * i + l) * slots..][..slots]),
             lines4,
