@@ -22,6 +22,8 @@
 //! multiply-adds, padding taps included as `w·0`: the sums of the direct conv, bit for
 //! bit.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use rayon::prelude::*;
 
 use super::gemm_util::SendPtr;
@@ -209,13 +211,15 @@ struct Lines {
 /// accepts, or for blocked input and/or output (`layouts`) of a pointwise conv
 /// [`runs_blocked`] accepts, with `wt` from [`pack_weights`]; `y` is written in full.
 /// Tasks are (image, group, block of [`CR`] output channels, chunk of
-/// [`TASK_POSITIONS`] positions).
+/// [`TASK_POSITIONS`] positions); with a band, block and chunk swap places.
 ///
-/// A pointwise conv reads its input as is. Others read a zero-padded copy (see
-/// [`padded_copy`]; none when it would equal the input), with positions over the padded (phase) width: output `(h, w)` is
-/// position `h·width + w`, and each tap reads it at a fixed offset from there. With
-/// AVX-512 a tile is outputs of one row, with AVX2 consecutive outputs (see
-/// `avx2::Tile`).
+/// A pointwise conv reads its input as is, and so does a conv whose outputs read all
+/// of it and nothing else ([`reads_in_place`]). Others read, with AVX-512, each task's
+/// [`Band`] of zero-padded input rows; with AVX2 a zero-padded copy of the whole input
+/// ([`padded_copy`]). Output `(h, w)` is position `h·width + w` over the padded (phase)
+/// width, and each tap reads it at a fixed offset from there (times the stride in a
+/// band). With AVX-512 a tile is outputs of one row, with AVX2 consecutive outputs
+/// (see `avx2::Tile`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn conv(
     wt: &[f32],
@@ -241,7 +245,9 @@ pub(crate) fn conv(
     let blocks = mg.div_ceil(CR);
     assert!(wt.len() == group * blocks * kdim * CR);
     assert!(x.len() >= n * c * g.in_vol() && y.len() >= n * m * plane);
+    let chunks = plane.div_ceil(TASK_POSITIONS);
     let mut padded = Vec::new();
+    let mut band = None;
     let (xs, lines) = if pointwise {
         // A blocked input's channel `ci` lies in lane `ci % 16` of its block's positions.
         let row = |ci: usize| match layouts.input {
@@ -255,6 +261,11 @@ pub(crate) fn conv(
             kept: plane,
         };
         (x, lines)
+    } else if isa == Isa::Avx512 && !reads_in_place(g) {
+        let b = Band::new(g, cg, chunks);
+        let lines = b.lines();
+        band = Some(b);
+        (x, lines)
     } else {
         match padded_copy(x, n * c, cg, g) {
             (lines, Some(copy)) => {
@@ -264,18 +275,46 @@ pub(crate) fn conv(
             (lines, None) => (x, lines),
         }
     };
-    let chunks = plane.div_ceil(TASK_POSITIONS);
     let tasks = n * group * blocks * chunks;
     let yp = SendPtr(y.as_mut_ptr());
     let lines = &lines;
-    let task = |t: usize| {
-        let chunk = t % chunks;
-        let blk = t / chunks % blocks;
+    // Tasks in order of (image, group), then chunk then block of channels, or with a
+    // band block then chunk, so that a thread's consecutive tasks read the same band
+    // (filled once: refilled for each of ResNet-50's 16 blocks at 7x7, the copy of
+    // 9-value rows took a fifth of the conv).
+    let call = band
+        .as_ref()
+        .map(|_| BAND_CALLS.fetch_add(1, Ordering::Relaxed));
+    let split = |t: usize| {
         let (b, gi) = (t / chunks / blocks / group, t / chunks / blocks % group);
+        match band {
+            Some(_) => (b, gi, t % blocks, t / blocks % chunks),
+            None => (b, gi, t / chunks % blocks, t % chunks),
+        }
+    };
+    let task = |t: usize| {
+        let (b, gi, blk, chunk) = split(t);
         let positions = chunk * TASK_POSITIONS..((chunk + 1) * TASK_POSITIONS).min(plane);
         let m0 = blk * CR;
         let chans = CR.min(mg - m0);
-        let xg = &xs[(b * group + gi) * lines.in_len..][..lines.in_len];
+        // With a band, tiles read the task's rows from it, the first output row's at 0.
+        let mut band_buf = Vec::new();
+        let (xg, row0) = match (&band, call) {
+            (Some(band), Some(call)) => {
+                let row0 = positions.start / g.out[2];
+                let key = Some((call, b, gi, chunk));
+                let held;
+                (held, band_buf) = BAND.take();
+                if held != key {
+                    let input = &xs[(b * group + gi) * cg * g.in_vol()..][..cg * g.in_vol()];
+                    let zeroed = held.is_some_and(|(c, ..)| c == call);
+                    let rows = row0..(positions.end - 1) / g.out[2] + 1;
+                    band.fill(input, rows, zeroed, &mut band_buf);
+                }
+                (&band_buf[..], row0)
+            }
+            _ => (&xs[(b * group + gi) * lines.in_len..][..lines.in_len], 0),
+        };
         let wg = &wt[(gi * blocks + blk) * kdim * CR..][..kdim * CR];
         let mut start = [0.0f32; CR];
         if let Some(bias) = bias {
@@ -328,10 +367,13 @@ pub(crate) fn conv(
         // block waited for them from memory (`kernel_table --cold` against warm:
         // MobileNetV3's 160->960 at 7x7 0.196 against 0.151 ms, ResNet-50's
         // 2048->512 at 7x7 1.12 against 0.89). The task's last tile prefetches the
-        // next block's weights (when the next task reads another block), its first
-        // tile its own 16 rows ahead of the sums.
-        let next_weights = (chunk + 1 == chunks && (gi * blocks + blk + 1) < group * blocks)
-            .then(|| wt[(gi * blocks + blk + 1) * kdim * CR..].as_ptr());
+        // next task's weights when they are another block's, its first tile its own 16
+        // rows ahead of the sums.
+        let next_weights = (t + 1 < tasks)
+            .then(|| split(t + 1))
+            .map(|(_, ng, nblk, _)| ng * blocks + nblk)
+            .filter(|&next| next != gi * blocks + blk)
+            .map(|next| wt[next * kdim * CR..].as_ptr());
         let mut next = avx512_outputs.start;
         while next < avx512_outputs.end {
             // Outputs `next ..` of one row: the row's outputs in the task split into
@@ -349,7 +391,7 @@ pub(crate) fn conv(
             let first = next;
             next += count;
             written = Some((written.map_or(first, |w| w.0), next));
-            let q0 = row * lines.width + col;
+            let q0 = (row - row0) * lines.width + col;
             let ahead = next_weights
                 .filter(|_| next == avx512_outputs.end)
                 .or((first == avx512_outputs.start).then(|| wg.as_ptr().wrapping_add(16 * CR)));
@@ -369,17 +411,30 @@ pub(crate) fn conv(
                     blocked: layouts.output,
                 };
                 let rows = &lines.rows;
-                match (chans <= 16, layouts.input) {
-                    (true, false) => {
+                // Consecutive outputs read values `XS` apart: 16 in a blocked input, the
+                // stride in a band.
+                let xs_step = match (layouts.input, &band) {
+                    (true, _) => 16,
+                    (false, Some(_)) => g.stride[2],
+                    (false, None) => 1,
+                };
+                match (chans <= 16, xs_step) {
+                    (true, 1) => {
                         avx512::tile::<1, { 2 * PR }, 1>(xg, rows, q0, count, wg, &start, to, ahead)
                     }
-                    (false, false) => {
+                    (false, 1) => {
                         avx512::tile::<2, PR, 1>(xg, rows, q0, count, wg, &start, to, ahead)
                     }
-                    (true, true) => avx512::tile::<1, { 2 * PR }, 16>(
+                    (true, 2) => {
+                        avx512::tile::<1, { 2 * PR }, 2>(xg, rows, q0, count, wg, &start, to, ahead)
+                    }
+                    (false, 2) => {
+                        avx512::tile::<2, PR, 2>(xg, rows, q0, count, wg, &start, to, ahead)
+                    }
+                    (true, _) => avx512::tile::<1, { 2 * PR }, 16>(
                         xg, rows, q0, count, wg, &start, to, ahead,
                     ),
-                    (false, true) => {
+                    (false, _) => {
                         avx512::tile::<2, PR, 16>(xg, rows, q0, count, wg, &start, to, ahead)
                     }
                 }
@@ -389,6 +444,9 @@ pub(crate) fn conv(
                 let _ = (xg, wg, start, yp, first, q0);
                 unreachable!("`fits` holds only with AVX-512 or AVX2");
             }
+        }
+        if let Some(call) = call {
+            BAND.set((Some((call, b, gi, chunk)), band_buf));
         }
         if let (Some(tail), Some((from, to))) = (tail, written) {
             // SAFETY: outputs `from .. to` of the task's channels are its own (above);
@@ -415,16 +473,134 @@ pub(crate) fn conv(
     }
 }
 
+/// A task's band and what it holds: (conv call, image, group, chunk).
+type HeldBand = (Option<(u64, usize, usize, usize)>, Vec<f32>);
+
+thread_local! {
+    /// The thread's last [`Band`], kept for its next task.
+    static BAND: std::cell::RefCell<HeldBand> = const { std::cell::RefCell::new((None, Vec::new())) };
+}
+
+/// Numbers each conv call that fills bands, so that a band is never taken for another
+/// call's (its input may sit at the same address).
+static BAND_CALLS: AtomicU64 = AtomicU64::new(0);
+
+/// Whether a 2-D conv's outputs read its whole input and nothing else, so tiles read
+/// the input where it lies: stride 1 and no padding (DeepLab's bands of taps that read
+/// data; their copy and its zero fill were 5% of `kernel_table
+/// deeplab_3x3d12_960to256_33` in `perf record`).
+fn reads_in_place(g: &Win3) -> bool {
+    let extent = |a: usize| (g.out[a] - 1) * g.stride[a] + (g.kernel[a] - 1) * g.dil[a] + 1;
+    g.stride == [1; 3] && g.pad == [0; 3] && (extent(1), extent(2)) == (g.input[1], g.input[2])
+}
+
+/// With AVX-512, a task's input rows of a 2-D conv, zero-padded to the columns its
+/// outputs read, in a buffer of the thread's (`BAND`) that stays in cache while the
+/// task's tiles read it; tiles read it with the conv's stride. A copy of the whole input
+/// (zero-filled, then split into phase planes with stride 2) went to memory on large
+/// planes and was read back from there, and on small ones the phase split of short rows
+/// took a quarter of the conv (`perf record` of `kernel_table
+/// regnety_g16_3x3s2_784_14`). `kernel_table` against that copy (mean of 2 alternating
+/// rounds, least of 10 runs each): RegNet-Y-800MF's groups of 16, stride 2 from
+/// 112x112 0.90, from 56x56 0.84, from 14x14 0.69; YOLO's 16->32 stride 2 from 320x320
+/// 0.89; ResNet-50's stride 2 0.98; stride-1 shapes 0.99-1.01. In RegNet-Y-800MF
+/// (`run --profile`), its stride-2 group convs from 112x112 1.20 -> 0.82 ms per run,
+/// from 56x56 0.63 -> 0.41.
+struct Band {
+    /// Input rows per channel in the buffer: the most a task needs.
+    rows: usize,
+    /// Values per buffer row: the padded input columns the outputs read.
+    width: usize,
+    cg: usize,
+    g: Win3,
+}
+
+impl Band {
+    /// For tasks of [`TASK_POSITIONS`] consecutive outputs (`chunks` of them per plane).
+    fn new(g: &Win3, cg: usize, chunks: usize) -> Band {
+        let [_, oh, ow] = g.out;
+        let plane = oh * ow;
+        let out_rows = (0..chunks)
+            .map(|k| {
+                let end = ((k + 1) * TASK_POSITIONS).min(plane);
+                (end - 1) / ow - k * TASK_POSITIONS / ow + 1
+            })
+            .max()
+            .unwrap_or(1);
+        Band {
+            rows: Self::input_rows(g, out_rows),
+            width: (ow - 1) * g.stride[2] + (g.kernel[2] - 1) * g.dil[2] + 1,
+            cg,
+            g: *g,
+        }
+    }
+
+    /// Input rows that `out_rows` consecutive output rows read.
+    fn input_rows(g: &Win3, out_rows: usize) -> usize {
+        (out_rows - 1) * g.stride[1] + (g.kernel[1] - 1) * g.dil[1] + 1
+    }
+
+    /// How tiles read a band: weight row (channel, tap) at a fixed offset from output
+    /// `(h, w)`'s position `(h - first row)·width + w` times the stride.
+    fn lines(&self) -> Lines {
+        let g = &self.g;
+        let [_, kh, kw] = g.kernel;
+        let [_, dh, dw] = g.dil;
+        let (rows, width) = (self.rows, self.width);
+        Lines {
+            rows: (0..self.cg)
+                .flat_map(|ci| {
+                    (0..kh).flat_map(move |a| {
+                        (0..kw).map(move |b| (ci * rows + a * dh) * width + b * dw)
+                    })
+                })
+                .collect(),
+            in_len: self.cg * rows * width,
+            width,
+            kept: g.out[2],
+        }
+    }
+
+    /// Fills `buf` with the rows that output rows `rows` read from `input` (the group's
+    /// `cg` planes), zeros where they lie in the padding. `zeroed`: `buf` was filled
+    /// for this conv call before, so its padding columns hold zeros already (a row of
+    /// 14 values took three calls to write with its two pads).
+    fn fill(&self, input: &[f32], rows: std::ops::Range<usize>, zeroed: bool, buf: &mut Vec<f32>) {
+        let g = &self.g;
+        let [_, ih, iw] = g.input;
+        let (ph, pw) = (g.pad[1], g.pad[2] as usize);
+        let width = self.width;
+        let need = Self::input_rows(g, rows.len());
+        let len = self.cg * self.rows * width;
+        if !zeroed {
+            buf.clear();
+        }
+        buf.resize(len, 0.0);
+        let left = pw.min(width);
+        let cols = iw.min(width - left);
+        for (src, dst) in input
+            .chunks_exact(ih * iw)
+            .zip(buf.chunks_exact_mut(self.rows * width))
+        {
+            for (j, dst) in dst.chunks_exact_mut(width).take(need).enumerate() {
+                let h = (rows.start * g.stride[1] + j) as isize - ph;
+                if h < 0 || h >= ih as isize {
+                    dst.fill(0.0);
+                } else {
+                    dst[left..][..cols].copy_from_slice(&src[h as usize * iw..][..cols]);
+                }
+            }
+        }
+    }
+}
+
 /// The input of a 2-D conv of stride 1 or 2, zero-padded to the extent its outputs
 /// read, for the `planes` channel planes of `x`, and how tiles read it with `cg`
 /// channels per group. With stride 2 each plane is split into four phase planes
 /// (padded row `r`, column `p` to plane `(r % 2, p % 2)`, row `r / 2`, column `p / 2`),
 /// where consecutive outputs read consecutive values.
 ///
-/// No copy (`None`: the tiles, which never span rows, read `x` where it lies) when it
-/// would equal `x`: stride 1, and the outputs read the whole input and nothing else
-/// (DeepLab's bands of taps that read data; their copy and its zero fill were 5% of
-/// `kernel_table deeplab_3x3d12_960to256_33` in `perf record`).
+/// No copy (`None`: the tiles read `x` where it lies) when [`reads_in_place`].
 fn padded_copy(x: &[f32], planes: usize, cg: usize, g: &Win3) -> (Lines, Option<Vec<f32>>) {
     let [_, ih, iw] = g.input;
     let [_, oh, ow] = g.out;
@@ -439,7 +615,7 @@ fn padded_copy(x: &[f32], planes: usize, cg: usize, g: &Win3) -> (Lines, Option<
     let (rows, width) = (eh.div_ceil(s), ew.div_ceil(s));
     let phase = rows * width;
     let in_plane = s * s * phase;
-    let as_is = s == 1 && (ph, pw) == (0, 0) && (eh, ew) == (ih, iw);
+    let as_is = reads_in_place(g);
     let mut copy = match as_is {
         true => Vec::new(),
         false => crate::buffers::take_filled(planes * in_plane, 0.0f32),
@@ -924,6 +1100,9 @@ mod tests {
             // Dilated, with more than 16 input channels (AVX2 takes them too).
             (1, 20, 40, 1, win(13, 12, [3, 3], 1, 3, [3, 2, 3, 4])),
             (1, 24, 32, 1, win(15, 15, [3, 3], 2, 2, [2; 4])),
+            // Stride 2 on two images, two blocks of channels and two chunks of
+            // positions: each task's band, and none taken for another's.
+            (2, 16, 64, 1, win(60, 40, [3, 3], 2, 1, [1; 4])),
             // 16 output channels per group (AVX-512: one half block), stride 2 and 1.
             (1, 64, 64, 4, win(14, 13, [3, 3], 2, 1, [1; 4])),
             (2, 96, 32, 2, win(9, 11, [3, 3], 1, 1, [1, 0, 2, 1])),
