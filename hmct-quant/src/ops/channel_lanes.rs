@@ -397,7 +397,9 @@ pub(crate) fn conv(
                 .or((first == avx512_outputs.start).then(|| wg.as_ptr().wrapping_add(16 * CR)));
             // SAFETY: AVX-512 was checked by `fits`/`fits_spatial`; the tile reads
             // `xg` at each row's offset plus the positions of outputs below
-            // `positions.end` (inside the copy or input, by construction of `lines`),
+            // `positions.end` (inside the input, or the band filled for this task,
+            // whose rows cover those the task's output rows read, by construction of
+            // `lines`; the band's positions times the stride),
             // writes outputs `first .. first + count` of channels `gi·mg + m0 ..`
             // (`chans` of them) of image `b`, which no other task writes, inside `y`
             // (checked above); `wg` holds the block's `kdim` rows of `CR`.
