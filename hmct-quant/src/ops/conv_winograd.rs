@@ -233,9 +233,13 @@ pub(crate) fn conv(
         let xb = &x[b * c * g.in_vol()..][..c * g.in_vol()];
         let mut v = crate::buffers::take::<f32>(freqs * c * slots);
         let mut sums = crate::buffers::take::<f32>(freqs * m * slots);
+        let tiles = TileRows {
+            rows: rows.clone(),
+            phase: tw + 1,
+        };
         match variant {
-            Variant::F2 => transform_input(xb, c, g, rows.clone(), &mut v),
-            Variant::F4 => transform_input4(xb, c, g, rows.clone(), &mut v),
+            Variant::F2 => transform_input(xb, c, g, &tiles, &mut v),
+            Variant::F4 => transform_input4(xb, c, g, &tiles, &mut v),
         }
         let pointwise = Win3 {
             input: [1, 1, slots],
@@ -280,20 +284,39 @@ pub(crate) fn conv(
     }
 }
 
-/// Writes `Bᵀ d B` of every tile of tile rows `rows` of each of the `c` channel planes
-/// of `xb` into `v`: frequency `f`, channel `ci`, slot `u` at `(f·c + ci)·slots + u`,
-/// where tile `(r, j)` of the chunk is slot `r·(tw + 1) + j` (see [`conv`]). Tile
-/// `(r, j)` reads padded rows `2r .. 2r + 4`, columns `2j .. 2j + 4`; what lies outside
-/// the padded extent the outputs read is zero.
-fn transform_input(xb: &[f32], c: usize, g: &Win3, rows: std::ops::Range<usize>, v: &mut [f32]) {
-    let [_, ih, iw] = g.input;
-    let [_, oh, ow] = g.out;
+/// A chunk's tile rows (`rows`) and the slots each takes (`phase`: its tiles and one
+/// past the output, see [`conv`]).
+struct TileRows {
+    rows: std::ops::Range<usize>,
+    phase: usize,
+}
+
+impl TileRows {
+    fn slots(&self) -> usize {
+        self.rows.len() * self.phase
+    }
+}
+
+/// The input rows and columns inside the padded extent a 3x3 conv's outputs read.
+fn rows_and_columns_read(g: &Win3) -> (usize, usize) {
+    let ([_, ih, iw], [_, oh, ow]) = (g.input, g.out);
     let (ph, pw) = (g.pad[1] as usize, g.pad[2] as usize);
-    let phase = ow.div_ceil(2) + 1;
-    let slots = rows.len() * phase;
-    // Padded extent the outputs read: input rows and columns inside it.
-    let (eh, ew) = (oh + 2, ow + 2);
-    let (rows_in, cols_in) = (ih.min(eh.saturating_sub(ph)), iw.min(ew.saturating_sub(pw)));
+    (
+        ih.min((oh + 2).saturating_sub(ph)),
+        iw.min((ow + 2).saturating_sub(pw)),
+    )
+}
+
+/// Writes `Bᵀ d B` of every tile of the chunk's tile rows of each of the `c` channel
+/// planes of `xb` into `v`: frequency `f`, channel `ci`, slot `u` at
+/// `(f·c + ci)·slots + u`, where tile `(r, j)` of the chunk is slot `r·phase + j` (see
+/// [`conv`]). Tile `(r, j)` reads padded rows `2r .. 2r + 4`, columns `2j .. 2j + 4`;
+/// what lies outside the padded extent the outputs read is zero.
+fn transform_input(xb: &[f32], c: usize, g: &Win3, tiles: &TileRows, v: &mut [f32]) {
+    let [_, ih, iw] = g.input;
+    let (ph, pw) = (g.pad[1] as usize, g.pad[2] as usize);
+    let (rows, phase, slots) = (tiles.rows.clone(), tiles.phase, tiles.slots());
+    let (rows_in, cols_in) = rows_and_columns_read(g);
     // Row `i` of every tile row: the even and odd padded columns of padded row
     // `2r + i`, `phase` of each per tile row, and one more for the last slot's shift.
     f32::with_scratch(8 * (slots + 1) + FREQS * slots, |scratch| {
@@ -447,14 +470,11 @@ fn interleave(a: &[f32], b: &[f32], dst: &mut [f32]) {
 
 /// [`transform_input`] for F(4x4, 3x3): tile `(r, j)` reads padded rows `4r .. 4r + 6`,
 /// columns `4j .. 4j + 6`; frequency `6i + k` of `Bᵀ d B` goes to `v` as there.
-fn transform_input4(xb: &[f32], c: usize, g: &Win3, rows: std::ops::Range<usize>, v: &mut [f32]) {
+fn transform_input4(xb: &[f32], c: usize, g: &Win3, tiles: &TileRows, v: &mut [f32]) {
     let [_, ih, iw] = g.input;
-    let [_, oh, ow] = g.out;
     let (ph, pw) = (g.pad[1] as usize, g.pad[2] as usize);
-    let phase = ow.div_ceil(4) + 1;
-    let slots = rows.len() * phase;
-    let (eh, ew) = (oh + 2, ow + 2);
-    let (rows_in, cols_in) = (ih.min(eh.saturating_sub(ph)), iw.min(ew.saturating_sub(pw)));
+    let (rows, phase, slots) = (tiles.rows.clone(), tiles.phase, tiles.slots());
+    let (rows_in, cols_in) = rows_and_columns_read(g);
     // Row `i` of every tile row: padded columns `4t + φ` in phase `φ`, `phase` of each
     // per tile row, and one more for the last slot's shift.
     let span = slots + 1;
