@@ -81,3 +81,39 @@ pub(crate) fn conv_isa() -> Option<Isa> {
         }
     })
 }
+
+/// Whether this process may run AMX-BF16 tile instructions: the CPU has AMX-TILE and
+/// AMX-BF16 (CPUID.(EAX=7,ECX=0):EDX bits 24 and 22), the OS saves the tile state
+/// (XCR0 bits 17 and 18), and Linux granted it to the process
+/// (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`, asked once, here, before
+/// any thread uses a tile). False off x86-64 Linux.
+pub(crate) fn amx_bf16() -> bool {
+    static GRANTED: OnceLock<bool> = OnceLock::new();
+    *GRANTED.get_or_init(|| {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        {
+            use std::arch::x86_64::{__cpuid_count, _xgetbv};
+            // SAFETY: cpuid exists on every x86-64 CPU; leaf 7 is asked only when the
+            // CPU reports it; xgetbv only when CPUID says OSXSAVE (leaf 1 ECX bit 27).
+            let has = unsafe {
+                let max = __cpuid_count(0, 0).eax;
+                let osxsave = __cpuid_count(1, 0).ecx & (1 << 27) != 0;
+                let edx = if max >= 7 { __cpuid_count(7, 0).edx } else { 0 };
+                let tile_and_bf16 = edx & (1 << 24) != 0 && edx & (1 << 22) != 0;
+                tile_and_bf16 && osxsave && _xgetbv(0) & (0b11 << 17) == 0b11 << 17
+            };
+            const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+            const XFEATURE_XTILEDATA: libc::c_long = 18;
+            // SAFETY: a plain system call with integer arguments.
+            has && unsafe {
+                libc::syscall(
+                    libc::SYS_arch_prctl,
+                    ARCH_REQ_XCOMP_PERM,
+                    XFEATURE_XTILEDATA,
+                )
+            } == 0
+        }
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+        false
+    })
+}

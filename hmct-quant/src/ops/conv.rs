@@ -46,6 +46,9 @@ struct ConvKernel {
 #[derive(Default)]
 pub(crate) struct Derived {
     packed: std::sync::OnceLock<Vec<super::packed_gemm::PackedA>>,
+    /// The weights in bf16 parts for [`super::amx`].
+    #[cfg(target_arch = "x86_64")]
+    amx: std::sync::OnceLock<Vec<super::amx::PackedA>>,
     /// The weights transposed for [`super::channel_lanes`].
     transposed: std::sync::OnceLock<Vec<f32>>,
     /// A depthwise conv's weights in blocks of channels for [`super::conv_dw`].
@@ -426,7 +429,13 @@ pub(crate) fn conv_nd<T: Scalar>(
     if layouts.input || layouts.output {
         let native = match one_per_group {
             true => super::conv_dw::runs_blocked(&g3, c),
-            false => !single && super::channel_lanes::runs_blocked(&g3, m, c, group, layouts),
+            // A conv that runs on AMX in NCHW runs there from blocked values too (its
+            // bits differ from the channel-lanes kernel's), converted both ways.
+            false => {
+                !single
+                    && !amx_prefers(&g3, mg, cg * k_vol)
+                    && super::channel_lanes::runs_blocked(&g3, m, c, group, layouts)
+            }
         };
         if native && let (Some(xf), Some(wf)) = (f32_slice(x), f32_slice(w)) {
             let mut y = crate::buffers::take::<T>(n * m * out_vol);
@@ -646,6 +655,14 @@ fn conv_f32(
         let mut fresh = None;
         let packed = kept_or_fresh(derived.map(|d| &d.winograd), &mut fresh, pack);
         super::conv_winograd::conv(packed, x, bias, y, n, c, m, g, tail);
+    } else if amx_prefers(g, mg, kdim) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let pack = || super::amx::pack_conv_weights(w, m, group, kdim);
+            let mut fresh = None;
+            let packed = kept_or_fresh(derived.map(|d| &d.amx), &mut fresh, pack);
+            super::amx::conv(packed, x, bias, y, n, c, m, group, g, tail);
+        }
     } else if super::packed_gemm::conv_prefers(isa, g, mg, kdim)
         && !super::channel_lanes::fits(g, mg, cg)
     {
@@ -662,6 +679,17 @@ fn conv_f32(
         super::channel_lanes::conv(packed, x, bias, y, n, c, m, group, g, tail, layouts);
     } else {
         super::conv_direct::conv(isa, x, w, bias, y, n, c, m, group, g, tail);
+    }
+}
+
+/// Whether [`super::amx`] runs this conv (never off x86-64).
+fn amx_prefers(g: &Win3, mg: usize, kdim: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return super::amx::conv_prefers(g, mg, kdim);
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (g, mg, kdim);
+        false
     }
 }
 

@@ -27,7 +27,25 @@ pub(crate) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>>
 }
 
 /// A constant right operand packed for [`super::packed_gemm`], per weight tensor.
-type PackedWeight = WeightCache<std::sync::OnceLock<PackedB>>;
+type PackedWeight = WeightCache<std::sync::OnceLock<Packed>>;
+
+/// A weight packed for the FMA kernels, or in bf16 parts for [`super::amx`].
+pub(crate) enum Packed {
+    Fma(PackedB),
+    #[cfg(target_arch = "x86_64")]
+    Amx(super::amx::PackedB),
+}
+
+impl Packed {
+    /// `y = start + a · self` for the `m × k` matrix `a`.
+    fn matmul(&self, a: MatRef<f32>, m: usize, start: Start, y: &mut [f32]) {
+        match self {
+            Packed::Fma(b) => super::packed_gemm::matmul(a, m, b, start, y),
+            #[cfg(target_arch = "x86_64")]
+            Packed::Amx(b) => super::amx::matmul(a, m, b, start, y),
+        }
+    }
+}
 
 /// Products below this many multiply-adds stay on the `gemm` crate.
 const PACKED_MIN_WORK: usize = 1 << 16;
@@ -44,7 +62,7 @@ fn packed_weight(
     w: &ArrayD<f32>,
     w_transposed: bool,
     m: usize,
-) -> Option<std::sync::Arc<std::sync::OnceLock<PackedB>>> {
+) -> Option<std::sync::Arc<std::sync::OnceLock<Packed>>> {
     let isa = crate::cpu::conv_isa()?;
     let wd = w.as_slice()?;
     let &[r, c] = w.shape() else { return None };
@@ -59,13 +77,17 @@ fn packed_weight(
         } else {
             MatRef::row_major(wd, n)
         };
-        PackedB::new(wm, k, n, isa)
+        #[cfg(target_arch = "x86_64")]
+        if super::amx::matmul_prefers(k, n) {
+            return Packed::Amx(super::amx::PackedB::new(wm, k, n));
+        }
+        Packed::Fma(PackedB::new(wm, k, n, isa))
     });
     Some(packed)
 }
 
 /// The weight [`packed_weight`] made.
-fn made(packed: &std::sync::OnceLock<PackedB>) -> &PackedB {
+fn made(packed: &std::sync::OnceLock<Packed>) -> &Packed {
     packed
         .get()
         .expect("packed_weight packs the weight it returns")
@@ -90,13 +112,7 @@ impl MatMulKernel {
         let xd = contiguous(x);
         // Every output is written (summed from zero).
         let mut y = crate::buffers::take(m * n);
-        super::packed_gemm::matmul(
-            MatRef::row_major(&xd, k),
-            m,
-            made(&packed),
-            Start::Zero,
-            &mut y,
-        );
+        made(&packed).matmul(MatRef::row_major(&xd, k), m, Start::Zero, &mut y);
         let shape: Vec<usize> = lead.iter().copied().chain([n]).collect();
         array(&shape, y).ok().map(Tensor::F32)
     }
@@ -513,7 +529,7 @@ impl GemmKernel {
         } else {
             MatRef::row_major(&xd, k)
         };
-        super::packed_gemm::matmul(xm, m, made(&packed), start, &mut y);
+        made(&packed).matmul(xm, m, start, &mut y);
         Some(array(&[m, n], y).map(Tensor::F32))
     }
 

@@ -8,6 +8,8 @@
 
 pub mod attrs;
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod amx;
 pub(crate) mod arrays;
 pub(crate) mod blocked;
 pub(crate) mod broadcast;

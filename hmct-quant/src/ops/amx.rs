@@ -1,0 +1,888 @@
+//! f32 matrix products on AMX-BF16, where the CPU has it and Linux grants the tile
+//! state (Intel Xeons from Sapphire Rapids on).
+//!
+//! Each f32 operand is split exactly into three bf16 parts, `x = x0 + x1 + x2` (`x0`
+//! the value truncated to bf16's 8 significant bits, `x1` the rest truncated, `x2`
+//! what remains, which has at most 8 significant bits). Of the nine products of parts
+//! the six that reach f32's precision are summed: `a0·b0, a1·b0, a2·b0, a0·b1, a1·b1,
+//! a0·b2` (the three left out are below 2^-24 of `a·b`). A product of two bf16 values
+//! is exact in f32, and `tdpbf16ps` adds each to an f32 sum, so the result is an f32
+//! sum of the same order of error as the FMA kernels' (measured in the tests and in
+//! docs/performance.md), at `AMX peak / 6`: 530 GFLOP/s per core where the AVX-512
+//! FMA peak is 215 (`cargo xtask peak`). TPUs' highest matmul precision and cuBLAS's
+//! FP32 emulation use the same split.
+//!
+//! Each operand is stored as its three parts (weights once, 1.5x their f32 bytes;
+//! activations a block at a time), and the kernel runs the six products of parts as
+//! six bf16 GEMMs into the same f32 sums, 32 depths at a time: weight part x
+//! activation part 0x0, 1x0, 2x0, 0x1, 1x1, 0x2. A conv's weights are `A` (rows are
+//! output channels) and its input `B`; a MatMul's input is `A` and its weight `B`.
+//! Each output is summed in that order over chunks of 32 depths, so the operand
+//! roles, the blocking, the tasks and the thread count change no bit (the tests
+//! check the two roles against each other). The sums differ from the FMA kernels'
+//! (a changed summation order, within f32 rounding); `HMCT_AMX=0` turns the path off.
+//!
+//! Blocking: a register block is 2x2 tiles of 16x16 f32 outputs (tiles 0-3) from
+//! two `A` tiles (16 rows x 32 bf16, tiles 4-5) and two `B` tiles (16 pairs of depth
+//! x 16 columns, tiles 6-7); depth runs in blocks of [`KB`] (an `A` block of 32 rows
+//! is 24 KiB, in L1 while it sweeps a block of `B` in L2); sums between depth blocks
+//! go through memory (exact).
+
+use std::arch::asm;
+use std::cell::RefCell;
+
+use super::gemm_util::MatRef;
+use super::packed_gemm::{ConvB, PackB, Start};
+use super::window::Win3;
+
+/// Rows and columns of a register block.
+const MB: usize = 32;
+const NB: usize = 32;
+/// Depth per block (a multiple of 32, the depth of a tile).
+const KB: usize = 128;
+/// Columns of `B` packed per block.
+const NC: usize = 256;
+/// bf16 values of one tile (16 rows x 64 bytes).
+const TILE: usize = 512;
+/// bf16 values of one part of a register block's `A` (or `B`) for 32 depths: two
+/// tiles (rows, or columns, 0-15 and 16-31).
+const PART: usize = 2 * TILE;
+/// bf16 values of 32 depths of a register block's `A` (or `B`): three parts.
+const CHUNK: usize = 3 * PART;
+
+/// Whether matrix products run here: the CPU has AMX-BF16, Linux granted this
+/// process the tile state, and `HMCT_AMX` is not `0` or `off`.
+pub(crate) fn enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        let off = matches!(std::env::var("HMCT_AMX").as_deref(), Ok("0" | "off"));
+        !off && crate::cpu::amx_bf16()
+    })
+}
+
+/// The three bf16 parts of `x` (as the high halves of f32 bit patterns).
+#[inline]
+fn split(x: f32) -> [u32; 3] {
+    const HI: u32 = 0xffff_0000;
+    let p0 = x.to_bits() & HI;
+    let r1 = x - f32::from_bits(p0);
+    let p1 = r1.to_bits() & HI;
+    let r2 = r1 - f32::from_bits(p1);
+    [p0, p1, r2.to_bits() & HI]
+}
+
+/// Chunks of 32 depths in depth block `kb` of a depth of `k`.
+fn block_chunks(k: usize, kb: usize) -> usize {
+    KB.min(k - kb * KB).div_ceil(32)
+}
+
+/// A weight as `A` (`m × k`, a conv's filters): per block of 32 rows, per chunk of 32
+/// depths, per part, two tiles (rows 0-15, 16-31) of 16 rows x 32 bf16. Rows past
+/// `m` and depths past `k` are zero.
+pub(crate) struct PackedA {
+    data: Vec<u16>,
+    m: usize,
+    k: usize,
+    chunks: usize,
+}
+
+impl PackedA {
+    pub(crate) fn new(a: MatRef<f32>, m: usize, k: usize) -> PackedA {
+        let chunks = k.div_ceil(32);
+        let mut data = vec![0u16; m.div_ceil(MB) * chunks * CHUNK];
+        for i in 0..m {
+            let (blk, half, r) = (i / MB, i % MB / 16, i % 16);
+            for kk in 0..k {
+                let parts = split(a.data[i * a.rs + kk * a.cs]);
+                for (p, part) in parts.into_iter().enumerate() {
+                    let tile = (blk * chunks + kk / 32) * CHUNK + p * PART + half * TILE;
+                    data[tile + r * 32 + kk % 32] = (part >> 16) as u16;
+                }
+            }
+        }
+        PackedA { data, m, k, chunks }
+    }
+
+    pub(crate) fn rows(&self) -> usize {
+        self.m
+    }
+
+    pub(crate) fn depth(&self) -> usize {
+        self.k
+    }
+
+    /// Depth block `kb` of the 32 rows from `i0`.
+    fn block(&self, i0: usize, kb: usize) -> *const u16 {
+        self.data[((i0 / MB) * self.chunks + kb * KB / 32) * CHUNK..].as_ptr()
+    }
+}
+
+/// A weight as `B` (`k × n`, a MatMul's): per panel of 32 columns, per chunk of 32
+/// depths, per part, two tiles (columns 0-15, 16-31) of 16 pairs of depths x 16
+/// columns (a column's pair adjacent, as `tdpbf16ps` reads it).
+pub(crate) struct PackedB {
+    data: Vec<u16>,
+    k: usize,
+    n: usize,
+    chunks: usize,
+}
+
+impl PackedB {
+    pub(crate) fn new(b: MatRef<f32>, k: usize, n: usize) -> PackedB {
+        let chunks = k.div_ceil(32);
+        let mut data = vec![0u16; n.div_ceil(NB) * chunks * CHUNK];
+        for kk in 0..k {
+            for j in 0..n {
+                let parts = split(b.data[kk * b.rs + j * b.cs]);
+                let (pn, half, col) = (j / NB, j % NB / 16, j % 16);
+                for (p, part) in parts.into_iter().enumerate() {
+                    let tile = (pn * chunks + kk / 32) * CHUNK + p * PART + half * TILE;
+                    data[tile + kk % 32 / 2 * 32 + col * 2 + kk % 2] = (part >> 16) as u16;
+                }
+            }
+        }
+        PackedB { data, k, n, chunks }
+    }
+}
+
+/// Where [`gemm`] takes `A` from.
+#[derive(Clone, Copy)]
+pub(crate) enum ASource<'a> {
+    Packed(&'a PackedA),
+    /// An activation matrix (`m × k`), converted a block at a time.
+    Matrix {
+        a: MatRef<'a, f32>,
+        m: usize,
+        k: usize,
+    },
+}
+
+/// Where [`gemm`] takes `B` from.
+#[derive(Clone, Copy)]
+pub(crate) enum BSource<'a> {
+    Packed(&'a PackedB),
+    /// Activations packed as f32 panels by a [`PackB`], converted a block at a time.
+    Pack(&'a dyn PackB),
+}
+
+thread_local! {
+    /// Per thread: an f32 panel, a converted `B` block and a converted `A` block.
+    static BUFFERS: RefCell<(Vec<f32>, Vec<u16>, Vec<u16>)> =
+        const { RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
+}
+
+/// `C[i][j] = start_i + Σ_k A[i][k]·B[k][j]` for rows `rows` (the first a multiple of
+/// 32) and columns `columns` (the first a multiple of 32 when `b` is packed); `C[i][j]`
+/// is at `c + (i - rows.start)·ldc + j - columns.start`. `a` is a packed weight and
+/// `b` packed activations, or `a` activations and `b` a packed weight.
+///
+/// # Safety
+/// [`enabled`] returned true; an `ASource::Matrix` holds its `m × k` values; `c`
+/// points to the `rows.len() × columns.len()` block with row stride `ldc >=
+/// columns.len()`, which nothing else accesses during the call; `Start::Bias` has a
+/// value for every row of `rows`.
+pub(crate) unsafe fn gemm(
+    a: ASource,
+    rows: std::ops::Range<usize>,
+    columns: std::ops::Range<usize>,
+    start: Start,
+    b: BSource,
+    c: *mut f32,
+    ldc: usize,
+) {
+    let (k, weight_is_a) = match (a, b) {
+        (ASource::Packed(p), BSource::Pack(_)) => (p.k, true),
+        (ASource::Matrix { k, .. }, BSource::Packed(p)) => {
+            assert_eq!(p.k, k);
+            (k, false)
+        }
+        _ => panic!("amx::gemm multiplies a weight by activations"),
+    };
+    let n = columns.len();
+    if rows.is_empty() || n == 0 {
+        return;
+    }
+    debug_assert!(rows.start.is_multiple_of(MB));
+    let kblocks = k.div_ceil(KB).max(1);
+    let _tiles = Tiles::configure();
+    BUFFERS.with(|cell| {
+        let (fbuf, bbuf, abuf) = &mut *cell.borrow_mut();
+        fbuf.resize(KB * NB, 0.0);
+        bbuf.resize(NC / NB * KB / 32 * CHUNK, 0);
+        abuf.resize(KB / 32 * CHUNK, 0);
+        let mut bias_tiles = Aligned([0.0; 2 * 256]);
+        let mut scratch = Aligned([0.0; 4 * 256]);
+        let zeros = Aligned([0.0; 256]);
+        for j0 in (0..n).step_by(NC) {
+            let nc = NC.min(n - j0);
+            let panels = nc.div_ceil(NB);
+            for kb in 0..kblocks {
+                let chunks = if k == 0 { 0 } else { block_chunks(k, kb) };
+                let k0 = kb * KB;
+                let kc = KB.min(k.saturating_sub(k0));
+                // The block of `B`: its first panel and the distance between panels.
+                let (bblock, panel_stride) = match b {
+                    BSource::Packed(pb) => {
+                        debug_assert!((columns.start + j0).is_multiple_of(NB));
+                        let p0 = (columns.start + j0) / NB;
+                        let at = (p0 * pb.chunks + kb * KB / 32) * CHUNK;
+                        (pb.data[at..].as_ptr(), pb.chunks * CHUNK)
+                    }
+                    BSource::Pack(pk) => {
+                        for p in 0..panels {
+                            let cols = NB.min(nc - p * NB);
+                            let f = &mut fbuf[..KB * NB];
+                            pk.pack(k0, kc, columns.start + j0 + p * NB, cols, NB, f);
+                            f[kc * NB..chunks * 32 * NB].fill(0.0);
+                            let dst = &mut bbuf[p * chunks * CHUNK..][..chunks * CHUNK];
+                            // SAFETY: AMX implies AVX-512F; `f` holds `32 · chunks` rows
+                            // of 32 values and `dst` their `chunks` chunks.
+                            unsafe { convert::b_rows(f.as_ptr(), chunks, dst.as_mut_ptr()) };
+                        }
+                        (bbuf.as_ptr(), chunks * CHUNK)
+                    }
+                };
+                let from = if kb == 0 { start } else { Start::Output };
+                for i0 in rows.clone().step_by(MB) {
+                    let vr = MB.min(rows.end - i0);
+                    let ablock = match a {
+                        ASource::Packed(pa) => pa.block(i0, kb),
+                        ASource::Matrix { a, m, .. } => {
+                            let dst = &mut abuf[..chunks * CHUNK];
+                            // SAFETY: AMX implies AVX-512F.
+                            unsafe { convert::a_rows(a, i0, MB.min(m - i0), k0, kc, chunks, dst) };
+                            abuf.as_ptr()
+                        }
+                    };
+                    if let Start::Bias(bias) = from {
+                        for (r, row) in bias_tiles.0.chunks_exact_mut(16).enumerate() {
+                            row.fill(if r < vr { bias[i0 + r] } else { 0.0 });
+                        }
+                    }
+                    for p in 0..panels {
+                        let vc = NB.min(nc - p * NB);
+                        // SAFETY: the block's `vr` rows × `vc` columns lie inside the
+                        // caller's block; `ablock` and the panel hold `chunks` chunks.
+                        unsafe {
+                            let ct = c.add((i0 - rows.start) * ldc + j0 + p * NB);
+                            let out = CBlock {
+                                c: ct,
+                                ldc,
+                                rows: vr,
+                                cols: vc,
+                            };
+                            out.load(from, &bias_tiles, &zeros, &mut scratch);
+                            let bp = bblock.add(p * panel_stride);
+                            if weight_is_a {
+                                kernel_weight_a(ablock, bp, chunks);
+                            } else {
+                                kernel_weight_b(ablock, bp, chunks);
+                            }
+                            out.store(&mut scratch);
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+#[repr(C, align(64))]
+struct Aligned<const N: usize>([f32; N]);
+
+/// A register block's outputs in the caller's matrix: `rows` × `cols` valid (at most
+/// 32 each) from `c`, rows `ldc` apart.
+struct CBlock {
+    c: *mut f32,
+    ldc: usize,
+    rows: usize,
+    cols: usize,
+}
+
+impl CBlock {
+    /// Tile `t`'s place in the caller's matrix and its valid rows and columns.
+    fn tile(&self, t: usize) -> (*mut f32, usize, usize) {
+        let (r, h) = (t / 2, t % 2);
+        let vr = self.rows.saturating_sub(16 * r).min(16);
+        let vc = self.cols.saturating_sub(16 * h).min(16);
+        (self.c.wrapping_add(16 * r * self.ldc + 16 * h), vr, vc)
+    }
+
+    /// Loads tiles 0-3 with the sums' start: the bias (rows of `bias_tiles`), zero, or
+    /// the values in the caller's matrix (through `scratch` for a partial tile).
+    ///
+    /// # Safety
+    /// Tiles are configured; the valid part lies in the caller's matrix.
+    unsafe fn load(
+        &self,
+        from: Start,
+        bias_tiles: &Aligned<512>,
+        zeros: &Aligned<256>,
+        scratch: &mut Aligned<1024>,
+    ) {
+        let mut at = [std::ptr::null::<f32>(); 4];
+        let mut stride = [64usize; 4];
+        for (t, (at, stride)) in at.iter_mut().zip(&mut stride).enumerate() {
+            let (p, vr, vc) = self.tile(t);
+            let s = &mut scratch.0[t * 256..][..256];
+            *at = match from {
+                Start::Bias(_) => bias_tiles.0[t / 2 * 256..].as_ptr(),
+                Start::Zero => zeros.0.as_ptr(),
+                Start::Output if vr == 16 && vc == 16 => {
+                    *stride = self.ldc * 4;
+                    p
+                }
+                Start::Output => {
+                    s.fill(0.0);
+                    for r in 0..vr {
+                        // SAFETY: row r of the tile's valid part.
+                        let src = unsafe { std::slice::from_raw_parts(p.add(r * self.ldc), vc) };
+                        s[r * 16..][..vc].copy_from_slice(src);
+                    }
+                    s.as_ptr()
+                }
+            };
+        }
+        // SAFETY: each pointer holds 16 rows of 64 bytes `stride` apart.
+        unsafe {
+            asm!(
+                "tileloadd tmm0, [{a0} + {s0}]",
+                "tileloadd tmm1, [{a1} + {s1}]",
+                "tileloadd tmm2, [{a2} + {s2}]",
+                "tileloadd tmm3, [{a3} + {s3}]",
+                a0 = in(reg) at[0], s0 = in(reg) stride[0],
+                a1 = in(reg) at[1], s1 = in(reg) stride[1],
+                a2 = in(reg) at[2], s2 = in(reg) stride[2],
+                a3 = in(reg) at[3], s3 = in(reg) stride[3],
+                options(nostack, readonly, preserves_flags)
+            );
+        }
+    }
+
+    /// Stores tiles 0-3: whole tiles in place, partial ones through `scratch`.
+    ///
+    /// # Safety
+    /// As for [`CBlock::load`].
+    unsafe fn store(&self, scratch: &mut Aligned<1024>) {
+        let mut at = [std::ptr::null_mut::<f32>(); 4];
+        let mut stride = [64usize; 4];
+        for (t, (at, stride)) in at.iter_mut().zip(&mut stride).enumerate() {
+            let (p, vr, vc) = self.tile(t);
+            *at = if vr == 16 && vc == 16 {
+                *stride = self.ldc * 4;
+                p
+            } else {
+                scratch.0[t * 256..].as_mut_ptr()
+            };
+        }
+        // SAFETY: each pointer holds 16 rows of 64 bytes `stride` apart.
+        unsafe {
+            asm!(
+                "tilestored [{a0} + {s0}], tmm0",
+                "tilestored [{a1} + {s1}], tmm1",
+                "tilestored [{a2} + {s2}], tmm2",
+                "tilestored [{a3} + {s3}], tmm3",
+                a0 = in(reg) at[0], s0 = in(reg) stride[0],
+                a1 = in(reg) at[1], s1 = in(reg) stride[1],
+                a2 = in(reg) at[2], s2 = in(reg) stride[2],
+                a3 = in(reg) at[3], s3 = in(reg) stride[3],
+                options(nostack, preserves_flags)
+            );
+        }
+        for t in 0..4 {
+            let (p, vr, vc) = self.tile(t);
+            if vr < 16 || vc < 16 {
+                for r in 0..vr {
+                    // SAFETY: row r of the tile's valid part.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            scratch.0[t * 256 + r * 16..].as_ptr(),
+                            p.add(r * self.ldc),
+                            vc,
+                        )
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// One part of `A` (byte offset `$a`) times one part of `B` (`$b`) over a chunk, into
+/// tiles 0-3: rows 0-15 of `A` in tile 4, 16-31 in tile 5; columns 0-15 of `B` in
+/// tile 6, 16-31 in tile 7.
+macro_rules! product {
+    ($a:literal, $b:literal) => {
+        concat!(
+            "tileloadd tmm4, [{a} + {s} + ",
+            $a,
+            "]\n",
+            "tileloadd tmm6, [{b} + {s} + ",
+            $b,
+            "]\n",
+            "tileloadd tmm5, [{a} + {s} + ",
+            $a,
+            " + 1024]\n",
+            "tileloadd tmm7, [{b} + {s} + ",
+            $b,
+            " + 1024]\n",
+            "tdpbf16ps tmm0, tmm4, tmm6\n",
+            "tdpbf16ps tmm1, tmm4, tmm7\n",
+            "tdpbf16ps tmm2, tmm5, tmm6\n",
+            "tdpbf16ps tmm3, tmm5, tmm7\n",
+        )
+    };
+}
+
+/// Adds `chunks` chunks of the weight's parts (at `a`) times the activations' (at `b`)
+/// to tiles 0-3: weight part x activation part 0x0, 1x0, 2x0, 0x1, 1x1, 0x2, in that
+/// order (parts are 2048 bytes apart in a chunk, chunks 6144).
+///
+/// # Safety
+/// Tiles are configured and hold the sums; `a` and `b` hold `chunks` chunks.
+unsafe fn kernel_weight_a(a: *const u16, b: *const u16, chunks: usize) {
+    if chunks == 0 {
+        return;
+    }
+    // SAFETY: reads `chunks` chunks at `a` and at `b`.
+    unsafe {
+        asm!(
+            "2:",
+            product!("0", "0"),
+            product!("2048", "0"),
+            product!("4096", "0"),
+            product!("0", "2048"),
+            product!("2048", "2048"),
+            product!("0", "4096"),
+            "add {a}, 6144",
+            "add {b}, 6144",
+            "dec {n}",
+            "jnz 2b",
+            a = inout(reg) a => _,
+            b = inout(reg) b => _,
+            n = inout(reg) chunks => _,
+            s = in(reg) 64usize,
+            options(nostack, readonly)
+        );
+    }
+}
+
+/// [`kernel_weight_a`] with the activations' parts at `a` and the weight's at `b`: the
+/// same products in the same order.
+///
+/// # Safety
+/// As for [`kernel_weight_a`].
+unsafe fn kernel_weight_b(a: *const u16, b: *const u16, chunks: usize) {
+    if chunks == 0 {
+        return;
+    }
+    // SAFETY: reads `chunks` chunks at `a` and at `b`.
+    unsafe {
+        asm!(
+            "2:",
+            product!("0", "0"),
+            product!("0", "2048"),
+            product!("0", "4096"),
+            product!("2048", "0"),
+            product!("2048", "2048"),
+            product!("4096", "0"),
+            "add {a}, 6144",
+            "add {b}, 6144",
+            "dec {n}",
+            "jnz 2b",
+            a = inout(reg) a => _,
+            b = inout(reg) b => _,
+            n = inout(reg) chunks => _,
+            s = in(reg) 64usize,
+            options(nostack, readonly)
+        );
+    }
+}
+
+/// This thread's tile configuration, for the life of the value: eight tiles of 16
+/// rows x 64 bytes; released on drop (a thread holding tile state makes every
+/// context switch save 8 KiB more).
+struct Tiles;
+
+impl Tiles {
+    fn configure() -> Tiles {
+        #[repr(C, align(64))]
+        struct Config([u8; 64]);
+        let mut cfg = Config([0; 64]);
+        cfg.0[0] = 1; // palette 1
+        for t in 0..8 {
+            cfg.0[16 + 2 * t..18 + 2 * t].copy_from_slice(&64u16.to_le_bytes());
+            cfg.0[48 + t] = 16;
+        }
+        // SAFETY: AMX is enabled (the callers' contract) and `cfg` is a valid palette-1
+        // configuration.
+        unsafe { asm!("ldtilecfg [{}]", in(reg) cfg.0.as_ptr(), options(nostack, readonly)) };
+        Tiles
+    }
+}
+
+impl Drop for Tiles {
+    fn drop(&mut self) {
+        // SAFETY: tiles were configured by `configure`.
+        unsafe { asm!("tilerelease", options(nostack, nomem)) };
+    }
+}
+
+/// Activations into bf16 parts, with AVX-512.
+mod convert {
+    use super::super::gemm_util::MatRef;
+    use super::{CHUNK, KB, PART, TILE};
+    use std::arch::x86_64::*;
+
+    /// The three parts of 16 values, each in the high halves of its lanes.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn split(x: __m512) -> [__m512i; 3] {
+        let hi = _mm512_set1_epi32(0xffff_0000u32 as i32);
+        let p0 = _mm512_and_si512(_mm512_castps_si512(x), hi);
+        let r1 = _mm512_sub_ps(x, _mm512_castsi512_ps(p0));
+        let p1 = _mm512_and_si512(_mm512_castps_si512(r1), hi);
+        let r2 = _mm512_sub_ps(r1, _mm512_castsi512_ps(p1));
+        [p0, p1, _mm512_and_si512(_mm512_castps_si512(r2), hi)]
+    }
+
+    /// `B` rows (a panel of 32 columns, `32 · chunks` rows of f32) into `chunks`
+    /// chunks: per part, two tiles of 16 pairs of rows x 16 columns.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; `f` holds the rows and `dst` `chunks · CHUNK` values.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn b_rows(f: *const f32, chunks: usize, dst: *mut u16) {
+        let dst = dst.cast::<u32>();
+        for kk in (0..32 * chunks).step_by(2) {
+            for half in 0..2 {
+                // SAFETY: rows kk and kk + 1 of the panel; pair row kk / 2 of the
+                // chunk's tiles.
+                unsafe {
+                    let even = split(_mm512_loadu_ps(f.add(kk * 32 + half * 16)));
+                    let odd = split(_mm512_loadu_ps(f.add((kk + 1) * 32 + half * 16)));
+                    for p in 0..3 {
+                        let pair = _mm512_or_si512(_mm512_srli_epi32::<16>(even[p]), odd[p]);
+                        let at = (kk / 32 * CHUNK + p * PART + half * TILE) / 2 + kk % 32 / 2 * 16;
+                        _mm512_storeu_si512(dst.add(at).cast(), pair);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Rows `i0 .. i0 + rows` (at most 32) × depths `k0 .. k0 + kc` of `a` into
+    /// `chunks` chunks: per part, two tiles of 16 rows x 32 bf16 (rows past `rows`
+    /// and depths past `kc` zero).
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; `a` holds the rows and depths; `dst` holds `chunks ·
+    /// CHUNK` values.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn a_rows(
+        a: MatRef<f32>,
+        i0: usize,
+        rows: usize,
+        k0: usize,
+        kc: usize,
+        chunks: usize,
+        dst: &mut [u16],
+    ) {
+        let mut line = [0f32; KB];
+        for r in 0..32 {
+            if r < rows {
+                let row = &a.data[(i0 + r) * a.rs + k0 * a.cs..];
+                if a.cs == 1 {
+                    line[..kc].copy_from_slice(&row[..kc]);
+                } else {
+                    for (kk, v) in line[..kc].iter_mut().enumerate() {
+                        *v = row[kk * a.cs];
+                    }
+                }
+                line[kc..].fill(0.0);
+            } else {
+                line.fill(0.0);
+            }
+            let (half, row) = (r / 16, r % 16);
+            for g in 0..2 * chunks {
+                // SAFETY: 16 depths of `line`; row r of chunk g / 2's tiles.
+                unsafe {
+                    let parts = split(_mm512_loadu_ps(line.as_ptr().add(16 * g)));
+                    for (p, part) in parts.into_iter().enumerate() {
+                        let bf = _mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(part));
+                        let at = g / 2 * CHUNK + p * PART + half * TILE + row * 32 + g % 2 * 16;
+                        _mm256_storeu_si256(dst.as_mut_ptr().add(at).cast(), bf);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Whether a conv runs here rather than on the FMA kernels: AMX is on, and the conv
+/// is pointwise with 64 or more output channels per group, 32 or more input channels
+/// and 256 or more positions. `kernel_table 1x1` (one thread, least of 10 runs, this
+/// path against `HMCT_AMX=0`): ResNet-50's 64->256 at 56x56 0.69 -> 0.51 ms, 512->128
+/// at 28x28 0.89 -> 0.44, DeepLab's 960->256 at 33x33 5.66 -> 2.37, SSDlite's 672->546
+/// at 20x20 2.01 -> 1.74; but 14x14 and 7x7 planes ran slower (ResNet-50's 2048->512
+/// at 7x7 0.66 -> 0.93: the weights' parts are 1.5x their f32 bytes, used by few
+/// positions) and so did 32 or 48 output channels (YOLOv8n's 48->48 at 80x80 0.24 ->
+/// 0.28: the input's parts are converted for one or two row blocks).
+pub(crate) fn conv_prefers(g: &Win3, mg: usize, kdim: usize) -> bool {
+    let pointwise = g.k_vol() == 1 && g.stride == [1; 3] && g.pad == [0; 3] && g.out == g.input;
+    enabled() && pointwise && mg >= 2 * MB && kdim >= 32 && g.out_vol() >= 256
+}
+
+/// Conv weights `[m, cg, taps...]` packed per group.
+pub(crate) fn pack_conv_weights(w: &[f32], m: usize, group: usize, kdim: usize) -> Vec<PackedA> {
+    let mg = m / group;
+    (0..group)
+        .map(|g| {
+            PackedA::new(
+                MatRef::row_major(&w[g * mg * kdim..][..mg * kdim], kdim),
+                mg,
+                kdim,
+            )
+        })
+        .collect()
+}
+
+/// Output channels per task, in register blocks, when positions alone give few tasks.
+const M_CHUNK_BLOCKS: usize = 2;
+/// Multiply-adds below which a conv runs on the calling thread.
+const SERIAL_WORK: usize = 1 << 20;
+
+/// `y = conv(x, w) + bias` for f32 NCHW data of a 2-D conv (a `Win3` of depth one),
+/// with `w` packed by [`pack_conv_weights`]; `y` is written in full, then `tail` runs
+/// on it. Tasks are (image, group, block of positions, chunk of output channels),
+/// fixed by the shapes.
+///
+/// AMX is [`enabled`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn conv(
+    w: &[PackedA],
+    x: &[f32],
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    n: usize,
+    c: usize,
+    m: usize,
+    group: usize,
+    g: &Win3,
+    tail: Option<&crate::fusion::Tail>,
+) {
+    use rayon::prelude::*;
+    assert!(enabled());
+    let (cg, mg) = (c / group, m / group);
+    let (in_vol, out_vol) = (g.in_vol(), g.out_vol());
+    let kdim = cg * g.k_vol();
+    assert!(w.len() == group && w.iter().all(|p| p.rows() == mg && p.depth() == kdim));
+    assert!(x.len() >= n * c * in_vol && y.len() >= n * m * out_vol);
+    let blocks = out_vol.div_ceil(NC);
+    let m_chunk = if n * group * blocks < 4 && mg > M_CHUNK_BLOCKS * MB {
+        M_CHUNK_BLOCKS * MB
+    } else {
+        mg
+    };
+    let m_tasks = mg.div_ceil(m_chunk);
+    let tasks = n * group * blocks * m_tasks;
+    let yp = super::gemm_util::SendPtr(y.as_mut_ptr());
+    let task = |t: usize| {
+        let blk = t % blocks;
+        let mt = t / blocks % m_tasks;
+        let bg = t / blocks / m_tasks;
+        let (b, gi) = (bg / group, bg % group);
+        let xg = &x[(b * c + gi * cg) * in_vol..][..cg * in_vol];
+        let rows = mt * m_chunk..(mt * m_chunk + m_chunk).min(mg);
+        let cols = blk * NC..(blk * NC + NC).min(out_vol);
+        let start = match bias {
+            Some(bias) => Start::Bias(&bias[gi * mg..][..mg]),
+            None => Start::Zero,
+        };
+        let yp = &yp;
+        // SAFETY: the task writes channels `gi·mg + rows` × positions `cols` of image
+        // `b`, which no other task writes, inside `y` (checked above), then runs the
+        // tail on them; AMX is enabled (checked above).
+        unsafe {
+            let at = (b * m + gi * mg + rows.start) * out_vol + cols.start;
+            gemm(
+                ASource::Packed(&w[gi]),
+                rows.clone(),
+                cols.clone(),
+                start,
+                BSource::Pack(&ConvB { x: xg, g }),
+                yp.0.add(at),
+                out_vol,
+            );
+            if let Some(tail) = tail {
+                tail.apply_runs(yp.0, at, rows.len(), cols.len(), out_vol);
+            }
+        }
+    };
+    if tasks == 1 || n * m * out_vol * kdim < SERIAL_WORK || !crate::par::enabled() {
+        (0..tasks).for_each(task);
+    } else {
+        (0..tasks).into_par_iter().for_each(task);
+    }
+}
+
+/// Whether a MatMul or Gemm with a constant `k × n` weight runs here: AMX is on and
+/// the weight fills the tiles' depth and columns.
+pub(crate) fn matmul_prefers(k: usize, n: usize) -> bool {
+    enabled() && k >= 32 && n >= NB
+}
+
+/// Rows per task of a parallel [`matmul`].
+const MATMUL_ROWS: usize = 128;
+
+/// `y = start + a · b` for an `m × k` matrix `a` and a packed constant `b` (`k × n`),
+/// with `y` row-major `m × n`; `start` is `Start::Zero` or `Start::Output`. Tasks are
+/// (chunk of rows, block of columns); each output is summed in the same order
+/// whatever the tasks.
+///
+/// AMX is [`enabled`].
+pub(crate) fn matmul(a: MatRef<f32>, m: usize, b: &PackedB, start: Start, y: &mut [f32]) {
+    use rayon::prelude::*;
+    let (k, n) = (b.k, b.n);
+    assert!(enabled() && y.len() >= m * n && !matches!(start, Start::Bias(_)));
+    assert!(m == 0 || k == 0 || (m - 1) * a.rs + (k - 1) * a.cs < a.data.len());
+    if m == 0 || n == 0 {
+        return;
+    }
+    let a = ASource::Matrix { a, m, k };
+    let col_tasks = n.div_ceil(NC);
+    let tasks = m.div_ceil(MATMUL_ROWS) * col_tasks;
+    let yp = super::gemm_util::SendPtr(y.as_mut_ptr());
+    let task = |t: usize| {
+        let (rt, ct) = (t / col_tasks, t % col_tasks);
+        let rows = rt * MATMUL_ROWS..(rt * MATMUL_ROWS + MATMUL_ROWS).min(m);
+        let cols = ct * NC..(ct * NC + NC).min(n);
+        let yp = &yp;
+        // SAFETY: the task writes rows `rows` × columns `cols` of `y` (checked above),
+        // which no other task writes; `a` covers `m × k`; AMX is enabled.
+        unsafe {
+            let dst = yp.0.add(rows.start * n + cols.start);
+            gemm(a, rows, cols, start, BSource::Packed(b), dst, n);
+        }
+    };
+    if tasks == 1 || m * n * k < SERIAL_WORK || !crate::par::enabled() {
+        (0..tasks).for_each(task);
+    } else {
+        (0..tasks).into_par_iter().for_each(task);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(len: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed;
+        (0..len)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 4.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn parts_sum_to_the_value() {
+        for &x in &values(10_000, 1) {
+            let [p0, p1, p2] = split(x).map(f32::from_bits);
+            assert_eq!(p0 + p1 + p2, x);
+        }
+    }
+
+    /// `a · b` in f64, and `|a| · |b|` (the scale of the rounding error).
+    fn reference(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> (Vec<f64>, Vec<f64>) {
+        let mut exact = vec![0f64; m * n];
+        let mut scale = vec![0f64; m * n];
+        for i in 0..m {
+            for kk in 0..k {
+                let av = a[i * k + kk] as f64;
+                for j in 0..n {
+                    let bv = b[kk * n + j] as f64;
+                    exact[i * n + j] += av * bv;
+                    scale[i * n + j] += (av * bv).abs();
+                }
+            }
+        }
+        (exact, scale)
+    }
+
+    /// Both roles of the weight give the same bits, and the sums are within f32
+    /// rounding of the exact products.
+    #[test]
+    fn both_roles_agree_and_are_accurate() {
+        if !enabled() {
+            eprintln!("no AMX here: skipped");
+            return;
+        }
+        for &(m, k, n) in &[
+            (32, 64, 32),
+            (45, 70, 77),
+            (64, 200, 300),
+            (3, 5, 40),
+            (96, 16, 520),
+        ] {
+            let a = values(m * k, m as u64);
+            let b = values(k * n, n as u64 + 7);
+            // A conv's role: the weight `a` packed as A, the activation `b` packed per
+            // block (as ConvB would, from a matrix).
+            let pa = PackedA::new(MatRef::row_major(&a, k), m, k);
+            let mut y1 = vec![f32::NAN; m * n];
+            let pb_src = super::super::packed_gemm::MatrixB(MatRef::row_major(&b, n));
+            // SAFETY: AMX is enabled; `y1` is m × n.
+            unsafe {
+                gemm(
+                    ASource::Packed(&pa),
+                    0..m,
+                    0..n,
+                    Start::Zero,
+                    BSource::Pack(&pb_src),
+                    y1.as_mut_ptr(),
+                    n,
+                )
+            };
+            // A MatMul's role, transposed: C^T = B^T · A^T with the weight `a^T` as B.
+            let bt = MatRef {
+                data: &b[..],
+                rs: 1,
+                cs: n,
+            };
+            let pw = PackedB::new(
+                MatRef {
+                    data: &a[..],
+                    rs: 1,
+                    cs: k,
+                },
+                k,
+                m,
+            );
+            let mut y2 = vec![f32::NAN; n * m];
+            matmul(bt, n, &pw, Start::Zero, &mut y2);
+            let (exact, scale) = reference(&a, &b, m, k, n);
+            let mut worst = 0f64;
+            for i in 0..m {
+                for j in 0..n {
+                    assert_eq!(
+                        y1[i * n + j].to_bits(),
+                        y2[j * m + i].to_bits(),
+                        "{m}x{k}x{n} at ({i}, {j})"
+                    );
+                    let err = (y1[i * n + j] as f64 - exact[i * n + j]).abs()
+                        / scale[i * n + j].max(1e-30);
+                    worst = worst.max(err);
+                }
+            }
+            eprintln!("{m}x{k}x{n}: worst relative error {worst:e}");
+            // f32 sums of k products: a few units of 2^-24 per term at worst.
+            assert!(
+                worst < 2e-6 * (k as f64).sqrt().max(1.0),
+                "{m}x{k}x{n}: {worst:e}"
+            );
+        }
+    }
+}
