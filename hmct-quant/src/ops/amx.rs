@@ -32,7 +32,7 @@ use std::arch::asm;
 use std::cell::RefCell;
 
 use super::gemm_util::MatRef;
-use super::packed_gemm::{ConvB, PackB, Start};
+use super::packed_gemm::Start;
 use super::window::Win3;
 
 /// Rows and columns of a register block.
@@ -76,11 +76,46 @@ fn block_chunks(k: usize, kb: usize) -> usize {
     KB.min(k - kb * KB).div_ceil(32)
 }
 
+/// One tile row: 32 bf16 values on a 64-byte line. Tile loads from lines that are not
+/// aligned run at a third of the rate (the register block alone, timed in a loop on
+/// data in L1: 2800 GFLOP/s of bf16, 89% of `cargo xtask peak`'s 3183, against 900
+/// with rows 16 bytes off a line), so every buffer of parts is made of these.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Line([u16; 32]);
+
+/// bf16 values on 64-byte lines.
+#[derive(Default)]
+struct Lines(Vec<Line>);
+
+impl Lines {
+    /// Room for at least `values` values, zero where new.
+    fn resize(&mut self, values: usize) {
+        self.0.resize(values.div_ceil(32), Line([0; 32]));
+    }
+
+    fn zeroed(values: usize) -> Lines {
+        let mut l = Lines::default();
+        l.resize(values);
+        l
+    }
+
+    fn values(&self) -> &[u16] {
+        // SAFETY: a `Line` is 32 u16 without padding.
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast(), self.0.len() * 32) }
+    }
+
+    fn values_mut(&mut self) -> &mut [u16] {
+        // SAFETY: a `Line` is 32 u16 without padding.
+        unsafe { std::slice::from_raw_parts_mut(self.0.as_mut_ptr().cast(), self.0.len() * 32) }
+    }
+}
+
 /// A weight as `A` (`m × k`, a conv's filters): per block of 32 rows, per chunk of 32
 /// depths, per part, two tiles (rows 0-15, 16-31) of 16 rows x 32 bf16. Rows past
 /// `m` and depths past `k` are zero.
 pub(crate) struct PackedA {
-    data: Vec<u16>,
+    data: Lines,
     m: usize,
     k: usize,
     chunks: usize,
@@ -89,7 +124,8 @@ pub(crate) struct PackedA {
 impl PackedA {
     pub(crate) fn new(a: MatRef<f32>, m: usize, k: usize) -> PackedA {
         let chunks = k.div_ceil(32);
-        let mut data = vec![0u16; m.div_ceil(MB) * chunks * CHUNK];
+        let mut lines = Lines::zeroed(m.div_ceil(MB) * chunks * CHUNK);
+        let data = lines.values_mut();
         for i in 0..m {
             let (blk, half, r) = (i / MB, i % MB / 16, i % 16);
             for kk in 0..k {
@@ -100,7 +136,12 @@ impl PackedA {
                 }
             }
         }
-        PackedA { data, m, k, chunks }
+        PackedA {
+            data: lines,
+            m,
+            k,
+            chunks,
+        }
     }
 
     pub(crate) fn rows(&self) -> usize {
@@ -113,7 +154,7 @@ impl PackedA {
 
     /// Depth block `kb` of the 32 rows from `i0`.
     fn block(&self, i0: usize, kb: usize) -> *const u16 {
-        self.data[((i0 / MB) * self.chunks + kb * KB / 32) * CHUNK..].as_ptr()
+        self.data.values()[((i0 / MB) * self.chunks + kb * KB / 32) * CHUNK..].as_ptr()
     }
 }
 
@@ -121,7 +162,7 @@ impl PackedA {
 /// depths, per part, two tiles (columns 0-15, 16-31) of 16 pairs of depths x 16
 /// columns (a column's pair adjacent, as `tdpbf16ps` reads it).
 pub(crate) struct PackedB {
-    data: Vec<u16>,
+    data: Lines,
     k: usize,
     n: usize,
     chunks: usize,
@@ -130,7 +171,8 @@ pub(crate) struct PackedB {
 impl PackedB {
     pub(crate) fn new(b: MatRef<f32>, k: usize, n: usize) -> PackedB {
         let chunks = k.div_ceil(32);
-        let mut data = vec![0u16; n.div_ceil(NB) * chunks * CHUNK];
+        let mut lines = Lines::zeroed(n.div_ceil(NB) * chunks * CHUNK);
+        let data = lines.values_mut();
         for kk in 0..k {
             for j in 0..n {
                 let parts = split(b.data[kk * b.rs + j * b.cs]);
@@ -141,7 +183,12 @@ impl PackedB {
                 }
             }
         }
-        PackedB { data, k, n, chunks }
+        PackedB {
+            data: lines,
+            k,
+            n,
+            chunks,
+        }
     }
 }
 
@@ -161,14 +208,18 @@ pub(crate) enum ASource<'a> {
 #[derive(Clone, Copy)]
 pub(crate) enum BSource<'a> {
     Packed(&'a PackedB),
-    /// Activations packed as f32 panels by a [`PackB`], converted a block at a time.
-    Pack(&'a dyn PackB),
+    /// Activations whose row `k` is `x[k · stride ..]` (a pointwise conv's input
+    /// channels), converted a block at a time.
+    Planes {
+        x: &'a [f32],
+        stride: usize,
+    },
 }
 
 thread_local! {
-    /// Per thread: an f32 panel, a converted `B` block and a converted `A` block.
-    static BUFFERS: RefCell<(Vec<f32>, Vec<u16>, Vec<u16>)> =
-        const { RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
+    /// Per thread: a converted `B` block and a converted `A` block.
+    static BUFFERS: RefCell<(Lines, Lines)> =
+        const { RefCell::new((Lines(Vec::new()), Lines(Vec::new()))) };
 }
 
 /// `C[i][j] = start_i + Σ_k A[i][k]·B[k][j]` for rows `rows` (the first a multiple of
@@ -191,7 +242,11 @@ pub(crate) unsafe fn gemm(
     ldc: usize,
 ) {
     let (k, weight_is_a) = match (a, b) {
-        (ASource::Packed(p), BSource::Pack(_)) => (p.k, true),
+        (ASource::Packed(p), BSource::Planes { x, stride }) => {
+            let last = (p.k.max(1) - 1) * stride + columns.end;
+            assert!(p.k == 0 || last <= x.len());
+            (p.k, true)
+        }
         (ASource::Matrix { k, .. }, BSource::Packed(p)) => {
             assert_eq!(p.k, k);
             (k, false)
@@ -206,10 +261,10 @@ pub(crate) unsafe fn gemm(
     let kblocks = k.div_ceil(KB).max(1);
     let _tiles = Tiles::configure();
     BUFFERS.with(|cell| {
-        let (fbuf, bbuf, abuf) = &mut *cell.borrow_mut();
-        fbuf.resize(KB * NB, 0.0);
-        bbuf.resize(NC / NB * KB / 32 * CHUNK, 0);
-        abuf.resize(KB / 32 * CHUNK, 0);
+        let (bbuf, abuf) = &mut *cell.borrow_mut();
+        bbuf.resize(NC / NB * KB / 32 * CHUNK);
+        abuf.resize(KB / 32 * CHUNK);
+        let (bbuf, abuf) = (bbuf.values_mut(), abuf.values_mut());
         let mut bias_tiles = Aligned([0.0; 2 * 256]);
         let mut scratch = Aligned([0.0; 4 * 256]);
         let zeros = Aligned([0.0; 256]);
@@ -226,18 +281,20 @@ pub(crate) unsafe fn gemm(
                         debug_assert!((columns.start + j0).is_multiple_of(NB));
                         let p0 = (columns.start + j0) / NB;
                         let at = (p0 * pb.chunks + kb * KB / 32) * CHUNK;
-                        (pb.data[at..].as_ptr(), pb.chunks * CHUNK)
+                        (pb.data.values()[at..].as_ptr(), pb.chunks * CHUNK)
                     }
-                    BSource::Pack(pk) => {
+                    BSource::Planes { x, stride } => {
                         for p in 0..panels {
                             let cols = NB.min(nc - p * NB);
-                            let f = &mut fbuf[..KB * NB];
-                            pk.pack(k0, kc, columns.start + j0 + p * NB, cols, NB, f);
-                            f[kc * NB..chunks * 32 * NB].fill(0.0);
+                            let j = columns.start + j0 + p * NB;
                             let dst = &mut bbuf[p * chunks * CHUNK..][..chunks * CHUNK];
-                            // SAFETY: AMX implies AVX-512F; `f` holds `32 · chunks` rows
-                            // of 32 values and `dst` their `chunks` chunks.
-                            unsafe { convert::b_rows(f.as_ptr(), chunks, dst.as_mut_ptr()) };
+                            // SAFETY: AMX implies AVX-512F; rows `k0 .. k0 + kc` ×
+                            // columns `j .. j + cols` lie inside `x` (asserted above),
+                            // and `dst` holds the panel's `chunks` chunks.
+                            unsafe {
+                                let first = x.as_ptr().wrapping_add(k0 * stride + j);
+                                convert::b_planes(first, stride, kc, cols, chunks, dst.as_mut_ptr())
+                            };
                         }
                         (bbuf.as_ptr(), chunks * CHUNK)
                     }
@@ -545,26 +602,42 @@ mod convert {
         [p0, p1, _mm512_and_si512(_mm512_castps_si512(r2), hi)]
     }
 
-    /// `B` rows (a panel of 32 columns, `32 · chunks` rows of f32) into `chunks`
-    /// chunks: per part, two tiles of 16 pairs of rows x 16 columns.
+    /// `kc` rows of `B` (`x`, `stride` apart) × `cols` (at most 32) columns into
+    /// `chunks` chunks: per part, two tiles of 16 pairs of rows x 16 columns (rows
+    /// past `kc` and columns past `cols` zero).
     ///
     /// # Safety
-    /// The CPU has AVX-512F; `f` holds the rows and `dst` `chunks · CHUNK` values.
+    /// The CPU has AVX-512F; `x` holds the rows and columns; `dst` holds `chunks ·
+    /// CHUNK` values.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn b_rows(f: *const f32, chunks: usize, dst: *mut u16) {
+    pub(super) unsafe fn b_planes(
+        x: *const f32,
+        stride: usize,
+        kc: usize,
+        cols: usize,
+        chunks: usize,
+        dst: *mut u16,
+    ) {
         let dst = dst.cast::<u32>();
+        let lanes = |half: usize| ((1u32 << cols.saturating_sub(16 * half).min(16)) - 1) as u16;
+        let masks = [lanes(0), lanes(1)];
+        let row = |kk: usize, half: usize| {
+            if kk < kc {
+                // SAFETY: row kk is inside `x`; only lanes below `cols` are read.
+                unsafe { _mm512_maskz_loadu_ps(masks[half], x.add(kk * stride + 16 * half)) }
+            } else {
+                _mm512_setzero_ps()
+            }
+        };
         for kk in (0..32 * chunks).step_by(2) {
             for half in 0..2 {
-                // SAFETY: rows kk and kk + 1 of the panel; pair row kk / 2 of the
-                // chunk's tiles.
-                unsafe {
-                    let even = split(_mm512_loadu_ps(f.add(kk * 32 + half * 16)));
-                    let odd = split(_mm512_loadu_ps(f.add((kk + 1) * 32 + half * 16)));
-                    for p in 0..3 {
-                        let pair = _mm512_or_si512(_mm512_srli_epi32::<16>(even[p]), odd[p]);
-                        let at = (kk / 32 * CHUNK + p * PART + half * TILE) / 2 + kk % 32 / 2 * 16;
-                        _mm512_storeu_si512(dst.add(at).cast(), pair);
-                    }
+                let even = split(row(kk, half));
+                let odd = split(row(kk + 1, half));
+                for p in 0..3 {
+                    let pair = _mm512_or_si512(_mm512_srli_epi32::<16>(even[p]), odd[p]);
+                    let at = (kk / 32 * CHUNK + p * PART + half * TILE) / 2 + kk % 32 / 2 * 16;
+                    // SAFETY: pair row kk / 2 of the chunk's tiles, inside `dst`.
+                    unsafe { _mm512_storeu_si512(dst.add(at).cast(), pair) };
                 }
             }
         }
@@ -621,12 +694,13 @@ mod convert {
 /// Whether a conv runs here rather than on the FMA kernels: AMX is on, and the conv
 /// is pointwise with 64 or more output channels per group, 32 or more input channels
 /// and 256 or more positions. `kernel_table 1x1` (one thread, least of 10 runs, this
-/// path against `HMCT_AMX=0`): ResNet-50's 64->256 at 56x56 0.69 -> 0.51 ms, 512->128
-/// at 28x28 0.89 -> 0.44, DeepLab's 960->256 at 33x33 5.66 -> 2.37, SSDlite's 672->546
-/// at 20x20 2.01 -> 1.74; but 14x14 and 7x7 planes ran slower (ResNet-50's 2048->512
-/// at 7x7 0.66 -> 0.93: the weights' parts are 1.5x their f32 bytes, used by few
-/// positions) and so did 32 or 48 output channels (YOLOv8n's 48->48 at 80x80 0.24 ->
-/// 0.28: the input's parts are converted for one or two row blocks).
+/// path against `HMCT_AMX=0`): ResNet-50's 64->256 at 56x56 0.69 -> 0.45 ms, 512->128
+/// at 28x28 0.89 -> 0.37, DeepLab's 960->256 at 33x33 5.66 -> 2.29, SSDlite's 672->546
+/// at 20x20 2.01 -> 1.47; 14x14 planes ran as fast either way and 7x7 slower
+/// (ResNet-50's 2048->512 at 7x7 0.64 -> 0.78: the weights' parts are 1.5x their f32
+/// bytes, used by few positions, and 49 positions fill 64 columns), and 32 or 48
+/// output channels gained nothing (YOLOv8n's 32->32 at 160x160 0.51 either way: the
+/// input's parts are converted for one or two row blocks).
 pub(crate) fn conv_prefers(g: &Win3, mg: usize, kdim: usize) -> bool {
     let pointwise = g.k_vol() == 1 && g.stride == [1; 3] && g.pad == [0; 3] && g.out == g.input;
     enabled() && pointwise && mg >= 2 * MB && kdim >= 32 && g.out_vol() >= 256
@@ -709,7 +783,10 @@ pub(crate) fn conv(
                 rows.clone(),
                 cols.clone(),
                 start,
-                BSource::Pack(&ConvB { x: xg, g }),
+                BSource::Planes {
+                    x: xg,
+                    stride: in_vol,
+                },
                 yp.0.add(at),
                 out_vol,
             );
@@ -829,11 +906,11 @@ mod tests {
         ] {
             let a = values(m * k, m as u64);
             let b = values(k * n, n as u64 + 7);
-            // A conv's role: the weight `a` packed as A, the activation `b` packed per
-            // block (as ConvB would, from a matrix).
+            // A conv's role: the weight `a` packed as A, the activation `b` (rows
+            // `n` apart, as a pointwise conv's input planes) converted per block.
             let pa = PackedA::new(MatRef::row_major(&a, k), m, k);
             let mut y1 = vec![f32::NAN; m * n];
-            let pb_src = super::super::packed_gemm::MatrixB(MatRef::row_major(&b, n));
+            let planes = BSource::Planes { x: &b, stride: n };
             // SAFETY: AMX is enabled; `y1` is m × n.
             unsafe {
                 gemm(
@@ -841,7 +918,7 @@ mod tests {
                     0..m,
                     0..n,
                     Start::Zero,
-                    BSource::Pack(&pb_src),
+                    planes,
                     y1.as_mut_ptr(),
                     n,
                 )
