@@ -214,6 +214,12 @@ pub(crate) enum BSource<'a> {
         x: &'a [f32],
         stride: usize,
     },
+    /// A 2-D conv's windows over its input zero-padded to what they read
+    /// ([`pad_input`]): row `c · taps + tap`, column = output position.
+    Windows {
+        x: &'a [f32],
+        g: &'a Win3,
+    },
 }
 
 thread_local! {
@@ -245,6 +251,12 @@ pub(crate) unsafe fn gemm(
         (ASource::Packed(p), BSource::Planes { x, stride }) => {
             let last = (p.k.max(1) - 1) * stride + columns.end;
             assert!(p.k == 0 || last <= x.len());
+            (p.k, true)
+        }
+        (ASource::Packed(p), BSource::Windows { x, g }) => {
+            let [ph, pw] = padded_extent(g);
+            assert!(p.k == g.k_vol() * (x.len() / (ph * pw)) && x.len() % (ph * pw) == 0);
+            assert!(columns.end <= g.out_vol());
             (p.k, true)
         }
         (ASource::Matrix { k, .. }, BSource::Packed(p)) => {
@@ -295,6 +307,17 @@ pub(crate) unsafe fn gemm(
                                 let first = x.as_ptr().wrapping_add(k0 * stride + j);
                                 convert::b_planes(first, stride, kc, cols, chunks, dst.as_mut_ptr())
                             };
+                        }
+                        (bbuf.as_ptr(), chunks * CHUNK)
+                    }
+                    BSource::Windows { x, g } => {
+                        for p in 0..panels {
+                            let cols = NB.min(nc - p * NB);
+                            let j = columns.start + j0 + p * NB;
+                            let dst = &mut bbuf[p * chunks * CHUNK..][..chunks * CHUNK];
+                            // SAFETY: AMX implies AVX-512F; every window of the
+                            // columns lies inside the padded planes (asserted above).
+                            unsafe { convert::b_windows(x, g, k0, kc, j, cols, chunks, dst) };
                         }
                         (bbuf.as_ptr(), chunks * CHUNK)
                     }
@@ -587,6 +610,7 @@ impl Drop for Tiles {
 /// Activations into bf16 parts, with AVX-512.
 mod convert {
     use super::super::gemm_util::MatRef;
+    use super::super::window::Win3;
     use super::{CHUNK, KB, PART, TILE};
     use std::arch::x86_64::*;
 
@@ -600,6 +624,75 @@ mod convert {
         let p1 = _mm512_and_si512(_mm512_castps_si512(r1), hi);
         let r2 = _mm512_sub_ps(r1, _mm512_castsi512_ps(p1));
         [p0, p1, _mm512_and_si512(_mm512_castps_si512(r2), hi)]
+    }
+
+    /// Rows `k0 .. k0 + kc` of a conv's windows ([`super::BSource::Windows`]) ×
+    /// output positions `j .. j + cols` (at most 32) into `chunks` chunks: per part,
+    /// two tiles of 16 pairs of rows x 16 columns (rows past `kc` and columns past
+    /// `cols` zero). Each row of 16 positions is one gather: the positions' offsets in
+    /// a padded plane are fixed for the panel, the row adds its channel and tap.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; `x` holds the padded planes of every channel the rows
+    /// read, `[ph, pw]` = [`super::padded_extent`], and the columns are outputs of `g`.
+    #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn b_windows(
+        x: &[f32],
+        g: &Win3,
+        k0: usize,
+        kc: usize,
+        j: usize,
+        cols: usize,
+        chunks: usize,
+        dst: &mut [u16],
+    ) {
+        let [ph, pw] = super::padded_extent(g);
+        let [_, _, ow] = g.out;
+        let [_, kh, kw] = g.kernel;
+        let taps = kh * kw;
+        let offsets = |half: usize| {
+            let lanes: [i32; 16] = std::array::from_fn(|l| {
+                let q = (j + 16 * half + l).min(j + cols.max(1) - 1);
+                ((q / ow * g.stride[1]) * pw + q % ow * g.stride[2]) as i32
+            });
+            // SAFETY: 16 i32 are 64 bytes.
+            unsafe { _mm512_loadu_si512(lanes.as_ptr().cast()) }
+        };
+        let idx = [offsets(0), offsets(1)];
+        let lanes = |half: usize| ((1u32 << cols.saturating_sub(16 * half).min(16)) - 1) as u16;
+        let masks = [lanes(0), lanes(1)];
+        let row = |kk: usize, half: usize| {
+            if kk >= kc {
+                return _mm512_setzero_ps();
+            }
+            let kr = k0 + kk;
+            let (ci, tap) = (kr / taps, kr % taps);
+            let base = ci * ph * pw + tap / kw * g.dil[1] * pw + tap % kw * g.dil[2];
+            // SAFETY: the lanes' windows lie inside channel `ci`'s padded plane (the
+            // caller's contract); masked-off lanes are not read.
+            unsafe {
+                _mm512_mask_i32gather_ps::<4>(
+                    _mm512_setzero_ps(),
+                    masks[half],
+                    idx[half],
+                    x.as_ptr().add(base).cast(),
+                )
+            }
+        };
+        let dst = dst.as_mut_ptr().cast::<u32>();
+        for kk in (0..32 * chunks).step_by(2) {
+            for half in 0..2 {
+                let even = split(row(kk, half));
+                let odd = split(row(kk + 1, half));
+                for p in 0..3 {
+                    let pair = _mm512_or_si512(_mm512_srli_epi32::<16>(even[p]), odd[p]);
+                    let at = (kk / 32 * CHUNK + p * PART + half * TILE) / 2 + kk % 32 / 2 * 16;
+                    // SAFETY: pair row kk / 2 of the chunk's tiles, inside `dst`.
+                    unsafe { _mm512_storeu_si512(dst.add(at).cast(), pair) };
+                }
+            }
+        }
     }
 
     /// `kc` rows of `B` (`x`, `stride` apart) × `cols` (at most 32) columns into
@@ -691,19 +784,65 @@ mod convert {
     }
 }
 
-/// Whether a conv runs here rather than on the FMA kernels: AMX is on, and the conv
-/// is pointwise with 64 or more output channels per group, 32 or more input channels
-/// and 256 or more positions. `kernel_table 1x1` (one thread, least of 10 runs, this
-/// path against `HMCT_AMX=0`): ResNet-50's 64->256 at 56x56 0.69 -> 0.45 ms, 512->128
-/// at 28x28 0.89 -> 0.37, DeepLab's 960->256 at 33x33 5.66 -> 2.29, SSDlite's 672->546
-/// at 20x20 2.01 -> 1.47; 14x14 planes ran as fast either way and 7x7 slower
-/// (ResNet-50's 2048->512 at 7x7 0.64 -> 0.78: the weights' parts are 1.5x their f32
-/// bytes, used by few positions, and 49 positions fill 64 columns), and 32 or 48
-/// output channels gained nothing (YOLOv8n's 32->32 at 160x160 0.51 either way: the
-/// input's parts are converted for one or two row blocks).
+/// Rows and columns of a conv's input plane zero-padded to what its windows read.
+fn padded_extent(g: &Win3) -> [usize; 2] {
+    let reach = |a: usize| (g.out[a] - 1) * g.stride[a] + (g.kernel[a] - 1) * g.dil[a] + 1;
+    [reach(1), reach(2)]
+}
+
+/// `planes` input planes of `g` zero-padded to [`padded_extent`] (the pads before,
+/// zeros after; inputs no window reads are left out).
+fn pad_input(x: &[f32], planes: usize, g: &Win3) -> Vec<f32> {
+    let [ph, pw] = padded_extent(g);
+    let [_, ih, iw] = g.input;
+    let (top, left) = (g.pad[1], g.pad[2]);
+    let mut out = crate::buffers::take_filled::<f32>(planes * ph * pw, 0.0);
+    for (src, dst) in x
+        .chunks_exact(ih * iw)
+        .zip(out.chunks_exact_mut(ph * pw))
+        .take(planes)
+    {
+        for r in 0..ph {
+            let ir = r as isize - top;
+            if ir < 0 || ir >= ih as isize {
+                continue;
+            }
+            let row = &src[ir as usize * iw..][..iw];
+            // Padded columns `c` read input column `c - left`.
+            let c0 = left.max(0) as usize;
+            let i0 = (-left).max(0) as usize;
+            let len = (iw - i0.min(iw)).min(pw.saturating_sub(c0));
+            dst[r * pw + c0..][..len].copy_from_slice(&row[i0..i0 + len]);
+        }
+    }
+    out
+}
+
+/// Whether a conv runs here rather than on the FMA kernels (Winograd's 3x3 convs are
+/// asked first): AMX is on, 64 or more output channels per group, and
+/// - pointwise with 32 or more input channels and 256 or more positions. `kernel_table
+///   1x1` (one thread, least of 10 runs, this path against `HMCT_AMX=0`): ResNet-50's
+///   64->256 at 56x56 0.69 -> 0.45 ms, 512->128 at 28x28 0.89 -> 0.37, DeepLab's
+///   960->256 at 33x33 5.66 -> 2.29, SSDlite's 672->546 at 20x20 2.01 -> 1.47; 14x14
+///   planes ran as fast either way and 7x7 slower (ResNet-50's 2048->512 at 7x7 0.64
+///   -> 0.78: the weights' parts are 1.5x their f32 bytes, used by few positions, and
+///   49 positions fill 64 columns), and 32 or 48 output channels gained nothing
+///   (YOLOv8n's 32->32 at 160x160 0.51 either way: the input's parts are converted
+///   for one or two row blocks);
+/// - or spatial without dilation, with 64 or more values per output (input channels x
+///   taps) and 196 or more positions, which then gather their windows straight into
+///   parts ([`BSource::Windows`]): ResNet-50's 3x3 stride-2 convs 1.66 -> 1.32 ms
+///   (128 channels from 56x56) and 1.62 -> 1.28 (256 from 28x28), YOLOv8n's 64->128
+///   stride 2 from 40x40 0.39 -> 0.33. Stride-1 3x3 convs stay on Winograd (ResNet-50's
+///   64->64 at 56x56 1.19 -> 1.53 here, YOLOv8n's 80->80 at 80x80 3.26 -> 4.95).
 pub(crate) fn conv_prefers(g: &Win3, mg: usize, kdim: usize) -> bool {
     let pointwise = g.k_vol() == 1 && g.stride == [1; 3] && g.pad == [0; 3] && g.out == g.input;
-    enabled() && pointwise && mg >= 2 * MB && kdim >= 32 && g.out_vol() >= 256
+    let fits = if pointwise {
+        kdim >= 32 && g.out_vol() >= 256
+    } else {
+        g.dil == [1; 3] && g.input[0] == 1 && kdim >= 64 && g.out_vol() >= 196
+    };
+    enabled() && mg >= 2 * MB && fits
 }
 
 /// Conv weights `[m, cg, taps...]` packed per group.
@@ -752,20 +891,35 @@ pub(crate) fn conv(
     assert!(w.len() == group && w.iter().all(|p| p.rows() == mg && p.depth() == kdim));
     assert!(x.len() >= n * c * in_vol && y.len() >= n * m * out_vol);
     let blocks = out_vol.div_ceil(NC);
-    let m_chunk = if n * group * blocks < 4 && mg > M_CHUNK_BLOCKS * MB {
+    // Chunks of output channels give threads work on small planes, but each chunk
+    // converts the input again: on one thread, none (the sums are the same either way).
+    let threads = if crate::par::enabled() {
+        rayon::current_num_threads()
+    } else {
+        1
+    };
+    let m_chunk = if threads > 1 && n * group * blocks < 4 && mg > M_CHUNK_BLOCKS * MB {
         M_CHUNK_BLOCKS * MB
     } else {
         mg
     };
     let m_tasks = mg.div_ceil(m_chunk);
     let tasks = n * group * blocks * m_tasks;
+    let pointwise = g.k_vol() == 1 && g.stride == [1; 3] && g.pad == [0; 3] && g.out == g.input;
+    let padded = (!pointwise).then(|| pad_input(x, n * c, g));
+    let plane = if pointwise {
+        in_vol
+    } else {
+        padded_extent(g).iter().product()
+    };
+    let xs = padded.as_deref().unwrap_or(x);
     let yp = super::gemm_util::SendPtr(y.as_mut_ptr());
     let task = |t: usize| {
         let blk = t % blocks;
         let mt = t / blocks % m_tasks;
         let bg = t / blocks / m_tasks;
         let (b, gi) = (bg / group, bg % group);
-        let xg = &x[(b * c + gi * cg) * in_vol..][..cg * in_vol];
+        let xg = &xs[(b * c + gi * cg) * plane..][..cg * plane];
         let rows = mt * m_chunk..(mt * m_chunk + m_chunk).min(mg);
         let cols = blk * NC..(blk * NC + NC).min(out_vol);
         let start = match bias {
@@ -783,9 +937,13 @@ pub(crate) fn conv(
                 rows.clone(),
                 cols.clone(),
                 start,
-                BSource::Planes {
-                    x: xg,
-                    stride: in_vol,
+                if pointwise {
+                    BSource::Planes {
+                        x: xg,
+                        stride: in_vol,
+                    }
+                } else {
+                    BSource::Windows { x: xg, g }
                 },
                 yp.0.add(at),
                 out_vol,
@@ -799,6 +957,9 @@ pub(crate) fn conv(
         (0..tasks).for_each(task);
     } else {
         (0..tasks).into_par_iter().for_each(task);
+    }
+    if let Some(p) = padded {
+        crate::buffers::give_vec(p);
     }
 }
 
@@ -960,6 +1121,74 @@ mod tests {
                 worst < 2e-6 * (k as f64).sqrt().max(1.0),
                 "{m}x{k}x{n}: {worst:e}"
             );
+        }
+    }
+
+    /// A strided, padded 3x3 conv (two images, a partial last register block and
+    /// panel) against f64 sums, and its bits on 1 and 2 threads.
+    #[test]
+    fn strided_conv_gathers_its_windows() {
+        if !enabled() {
+            eprintln!("no AMX here: skipped");
+            return;
+        }
+        let (n, c, m, ih, iw) = (2, 40, 70, 29, 27);
+        let g = Win3 {
+            input: [1, ih, iw],
+            out: [1, 15, 14],
+            kernel: [1, 3, 3],
+            stride: [1, 2, 2],
+            dil: [1; 3],
+            pad: [0, 1, 1],
+        };
+        let kdim = c * 9;
+        let (x, w, bias) = (
+            values(n * c * ih * iw, 3),
+            values(m * kdim, 4),
+            values(m, 5),
+        );
+        let packed = pack_conv_weights(&w, m, 1, kdim);
+        let out_vol = g.out_vol();
+        let run = |threads: usize| {
+            let mut y = vec![f32::NAN; n * m * out_vol];
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| conv(&packed, &x, Some(&bias), &mut y, n, c, m, 1, &g, None));
+            y
+        };
+        let y = run(1);
+        assert_eq!(
+            y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            run(2).iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+        for b in 0..n {
+            for o in 0..m {
+                for p in 0..out_vol {
+                    let (r, col) = (p / 14, p % 14);
+                    let (mut sum, mut scale) = (bias[o] as f64, bias[o].abs() as f64);
+                    for ci in 0..c {
+                        for t in 0..9 {
+                            let (ir, ic) =
+                                ((2 * r + t / 3) as isize - 1, (2 * col + t % 3) as isize - 1);
+                            if ir < 0 || ic < 0 || ir >= ih as isize || ic >= iw as isize {
+                                continue;
+                            }
+                            let xv =
+                                x[(b * c + ci) * ih * iw + ir as usize * iw + ic as usize] as f64;
+                            let wv = w[o * kdim + ci * 9 + t] as f64;
+                            sum += xv * wv;
+                            scale += (xv * wv).abs();
+                        }
+                    }
+                    let got = y[(b * m + o) * out_vol + p] as f64;
+                    assert!(
+                        (got - sum).abs() <= 2e-6 * (kdim as f64).sqrt() * scale,
+                        "{b} {o} {p}: {got} {sum}"
+                    );
+                }
+            }
         }
     }
 }
