@@ -513,6 +513,26 @@ macro_rules! product {
     };
 }
 
+/// The loop over `chunks` chunks at `a` and `b` that adds the six products of parts,
+/// each `(byte offset of A's part, byte offset of B's part)` in a chunk, to tiles 0-3.
+macro_rules! six_products {
+    ($a:expr, $b:expr, $chunks:expr, $(($pa:literal, $pb:literal)),+) => {
+        asm!(
+            "2:",
+            $(product!($pa, $pb),)+
+            "add {a}, 6144",
+            "add {b}, 6144",
+            "dec {n}",
+            "jnz 2b",
+            a = inout(reg) $a => _,
+            b = inout(reg) $b => _,
+            n = inout(reg) $chunks => _,
+            s = in(reg) 64usize,
+            options(nostack, readonly)
+        )
+    };
+}
+
 /// Adds `chunks` chunks of the weight's parts (at `a`) times the activations' (at `b`)
 /// to tiles 0-3: weight part x activation part 0x0, 1x0, 2x0, 0x1, 1x1, 0x2, in that
 /// order (parts are 2048 bytes apart in a chunk, chunks 6144).
@@ -520,29 +540,21 @@ macro_rules! product {
 /// # Safety
 /// Tiles are configured and hold the sums; `a` and `b` hold `chunks` chunks.
 unsafe fn kernel_weight_a(a: *const u16, b: *const u16, chunks: usize) {
-    if chunks == 0 {
-        return;
-    }
-    // SAFETY: reads `chunks` chunks at `a` and at `b`.
-    unsafe {
-        asm!(
-            "2:",
-            product!("0", "0"),
-            product!("2048", "0"),
-            product!("4096", "0"),
-            product!("0", "2048"),
-            product!("2048", "2048"),
-            product!("0", "4096"),
-            "add {a}, 6144",
-            "add {b}, 6144",
-            "dec {n}",
-            "jnz 2b",
-            a = inout(reg) a => _,
-            b = inout(reg) b => _,
-            n = inout(reg) chunks => _,
-            s = in(reg) 64usize,
-            options(nostack, readonly)
-        );
+    if chunks > 0 {
+        // SAFETY: reads `chunks` chunks at `a` and at `b`.
+        unsafe {
+            six_products!(
+                a,
+                b,
+                chunks,
+                ("0", "0"),
+                ("2048", "0"),
+                ("4096", "0"),
+                ("0", "2048"),
+                ("2048", "2048"),
+                ("0", "4096")
+            )
+        };
     }
 }
 
@@ -552,29 +564,21 @@ unsafe fn kernel_weight_a(a: *const u16, b: *const u16, chunks: usize) {
 /// # Safety
 /// As for [`kernel_weight_a`].
 unsafe fn kernel_weight_b(a: *const u16, b: *const u16, chunks: usize) {
-    if chunks == 0 {
-        return;
-    }
-    // SAFETY: reads `chunks` chunks at `a` and at `b`.
-    unsafe {
-        asm!(
-            "2:",
-            product!("0", "0"),
-            product!("0", "2048"),
-            product!("0", "4096"),
-            product!("2048", "0"),
-            product!("2048", "2048"),
-            product!("4096", "0"),
-            "add {a}, 6144",
-            "add {b}, 6144",
-            "dec {n}",
-            "jnz 2b",
-            a = inout(reg) a => _,
-            b = inout(reg) b => _,
-            n = inout(reg) chunks => _,
-            s = in(reg) 64usize,
-            options(nostack, readonly)
-        );
+    if chunks > 0 {
+        // SAFETY: reads `chunks` chunks at `a` and at `b`.
+        unsafe {
+            six_products!(
+                a,
+                b,
+                chunks,
+                ("0", "0"),
+                ("0", "2048"),
+                ("0", "4096"),
+                ("2048", "0"),
+                ("2048", "2048"),
+                ("4096", "0")
+            )
+        };
     }
 }
 
