@@ -79,7 +79,7 @@ fn block_chunks(k: usize, kb: usize) -> usize {
 /// One tile row: 32 bf16 values on a 64-byte line. Tile loads from lines that are not
 /// aligned run at a third of the rate (the register block alone, timed in a loop on
 /// data in L1: 2800 GFLOP/s of bf16, 89% of `cargo xtask peak`'s 3183, against 900
-/// with rows 16 bytes off a line), so every buffer of parts is made of these.
+/// with rows off the lines), so every buffer of parts is made of these.
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
 struct Line([u16; 32]);
