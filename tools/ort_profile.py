@@ -14,6 +14,7 @@ import argparse
 import collections
 import json
 import os
+import tempfile
 
 import numpy as np
 import onnxruntime as ort
@@ -34,6 +35,9 @@ def main():
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.enable_profiling = True
+    # onnxruntime opens its profile file when the session is made, in the working
+    # directory by default, and leaves it there (empty) if the model fails to load.
+    options.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort_profile")
     session = ort.InferenceSession(args.model, options, providers=["CPUExecutionProvider"])
     feed = {i.name: np.load(os.path.join(args.data, i.name, "0.npy"))
             for i in session.get_inputs()}

@@ -21,6 +21,17 @@ pub(crate) fn enabled() -> bool {
     !SEQUENTIAL.with(Cell::get)
 }
 
+/// How many threads a parallel site here would run on: 1 inside [`sequential`],
+/// otherwise the current rayon pool's size. Only for choosing how to split work whose
+/// results do not depend on the split.
+pub(crate) fn threads() -> usize {
+    if enabled() {
+        rayon::current_num_threads()
+    } else {
+        1
+    }
+}
+
 /// Runs `f` on this thread with parallel sites switched off, and switches them back
 /// to what they were afterwards (also when `f` panics).
 pub(crate) fn sequential<R>(f: impl FnOnce() -> R) -> R {

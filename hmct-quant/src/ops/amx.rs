@@ -77,9 +77,10 @@ fn block_chunks(k: usize, kb: usize) -> usize {
 }
 
 /// One tile row: 32 bf16 values on a 64-byte line. Tile loads from lines that are not
-/// aligned run at a third of the rate (the register block alone, timed in a loop on
-/// data in L1: 2800 GFLOP/s of bf16, 89% of `cargo xtask peak`'s 3183, against 900
-/// with rows off the lines), so every buffer of parts is made of these.
+/// aligned run at a third of the rate (the register block alone, timed by a scratch
+/// loop on data in L1 that is not in the repository: 2800 GFLOP/s of bf16, 89% of
+/// `cargo xtask peak`'s 3183, against 900 with rows off the lines), so every buffer of
+/// parts is made of these.
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
 struct Line([u16; 32]);
@@ -630,6 +631,30 @@ mod convert {
         [p0, p1, _mm512_and_si512(_mm512_castps_si512(r2), hi)]
     }
 
+    /// `chunks` chunks of `B` tiles from its rows: `row(kk, half)` is depth `kk`'s 16
+    /// columns of the panel's `half`; each pair of depths goes into one tile row per
+    /// part, the even depth in the low halves.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; `dst` holds `chunks · CHUNK` values.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn store_pairs(chunks: usize, dst: *mut u16, row: impl Fn(usize, usize) -> __m512) {
+        let dst = dst.cast::<u32>();
+        for kk in (0..32 * chunks).step_by(2) {
+            for half in 0..2 {
+                let even = split(row(kk, half));
+                let odd = split(row(kk + 1, half));
+                for p in 0..3 {
+                    let pair = _mm512_or_si512(_mm512_srli_epi32::<16>(even[p]), odd[p]);
+                    let at = (kk / 32 * CHUNK + p * PART + half * TILE) / 2 + kk % 32 / 2 * 16;
+                    // SAFETY: pair row kk / 2 of the chunk's tiles, inside `dst`.
+                    unsafe { _mm512_storeu_si512(dst.add(at).cast(), pair) };
+                }
+            }
+        }
+    }
+
     /// Rows `k0 .. k0 + kc` of a conv's windows ([`super::BSource::Windows`]) ×
     /// output positions `j .. j + cols` (at most 32) into `chunks` chunks: per part,
     /// two tiles of 16 pairs of rows x 16 columns (rows past `kc` and columns past
@@ -684,19 +709,8 @@ mod convert {
                 )
             }
         };
-        let dst = dst.as_mut_ptr().cast::<u32>();
-        for kk in (0..32 * chunks).step_by(2) {
-            for half in 0..2 {
-                let even = split(row(kk, half));
-                let odd = split(row(kk + 1, half));
-                for p in 0..3 {
-                    let pair = _mm512_or_si512(_mm512_srli_epi32::<16>(even[p]), odd[p]);
-                    let at = (kk / 32 * CHUNK + p * PART + half * TILE) / 2 + kk % 32 / 2 * 16;
-                    // SAFETY: pair row kk / 2 of the chunk's tiles, inside `dst`.
-                    unsafe { _mm512_storeu_si512(dst.add(at).cast(), pair) };
-                }
-            }
-        }
+        // SAFETY: `dst` holds the chunks (the caller's contract).
+        unsafe { store_pairs(chunks, dst.as_mut_ptr(), row) };
     }
 
     /// `kc` rows of `B` (`x`, `stride` apart) × `cols` (at most 32) columns into
@@ -715,7 +729,6 @@ mod convert {
         chunks: usize,
         dst: *mut u16,
     ) {
-        let dst = dst.cast::<u32>();
         let lanes = |half: usize| ((1u32 << cols.saturating_sub(16 * half).min(16)) - 1) as u16;
         let masks = [lanes(0), lanes(1)];
         let row = |kk: usize, half: usize| {
@@ -726,18 +739,8 @@ mod convert {
                 _mm512_setzero_ps()
             }
         };
-        for kk in (0..32 * chunks).step_by(2) {
-            for half in 0..2 {
-                let even = split(row(kk, half));
-                let odd = split(row(kk + 1, half));
-                for p in 0..3 {
-                    let pair = _mm512_or_si512(_mm512_srli_epi32::<16>(even[p]), odd[p]);
-                    let at = (kk / 32 * CHUNK + p * PART + half * TILE) / 2 + kk % 32 / 2 * 16;
-                    // SAFETY: pair row kk / 2 of the chunk's tiles, inside `dst`.
-                    unsafe { _mm512_storeu_si512(dst.add(at).cast(), pair) };
-                }
-            }
-        }
+        // SAFETY: `dst` holds the chunks (the caller's contract).
+        unsafe { store_pairs(chunks, dst, row) };
     }
 
     /// Rows `i0 .. i0 + rows` (at most 32) × depths `k0 .. k0 + kc` of `a` into
@@ -790,8 +793,7 @@ mod convert {
 
 /// Rows and columns of a conv's input plane zero-padded to what its windows read.
 fn padded_extent(g: &Win3) -> [usize; 2] {
-    let reach = |a: usize| (g.out[a] - 1) * g.stride[a] + (g.kernel[a] - 1) * g.dil[a] + 1;
-    [reach(1), reach(2)]
+    [g.reach(1), g.reach(2)]
 }
 
 /// `planes` input planes of `g` zero-padded to [`padded_extent`] (the pads before,
@@ -824,23 +826,24 @@ fn pad_input(x: &[f32], planes: usize, g: &Win3) -> Vec<f32> {
 
 /// Whether a conv runs here rather than on the FMA kernels (Winograd's 3x3 convs are
 /// asked first): AMX is on, 64 or more output channels per group, and
-/// - pointwise with 32 or more input channels and 256 or more positions. `kernel_table
-///   1x1` (one thread, least of 10 runs, this path against `HMCT_AMX=0`): ResNet-50's
-///   64->256 at 56x56 0.69 -> 0.45 ms, 512->128 at 28x28 0.89 -> 0.37, DeepLab's
-///   960->256 at 33x33 5.66 -> 2.29, SSDlite's 672->546 at 20x20 2.01 -> 1.47; 14x14
-///   planes ran as fast either way and 7x7 slower (ResNet-50's 2048->512 at 7x7 0.64
-///   -> 0.78: the weights' parts are 1.5x their f32 bytes, used by few positions, and
-///   49 positions fill 64 columns), and 32 or 48 output channels gained nothing
-///   (YOLOv8n's 32->32 at 160x160 0.51 either way: the input's parts are converted
-///   for one or two row blocks);
+/// - pointwise with 32 or more input channels and 256 or more positions;
 /// - or spatial without dilation, with 64 or more values per output (input channels x
 ///   taps) and 196 or more positions, which then gather their windows straight into
-///   parts ([`BSource::Windows`]): ResNet-50's 3x3 stride-2 convs 1.66 -> 1.32 ms
-///   (128 channels from 56x56) and 1.62 -> 1.28 (256 from 28x28), YOLOv8n's 64->128
-///   stride 2 from 40x40 0.39 -> 0.33. Stride-1 3x3 convs stay on Winograd (ResNet-50's
-///   64->64 at 56x56 1.19 -> 1.53 here, YOLOv8n's 80->80 at 80x80 3.26 -> 4.95).
+///   parts ([`BSource::Windows`]).
+///
+/// `kernel_table` (one thread, least of 10 runs, two alternating rounds against
+/// `HMCT_AMX=0`): ResNet-50's 1x1 64->256 at 56x56 0.70-0.72 -> 0.46-0.48 ms, 512->128
+/// at 28x28 0.90-0.97 -> 0.40, its 3x3 stride-2 convs 1.57-1.73 -> 1.21-1.42 and
+/// 1.50-1.67 -> 1.26-1.35, YOLOv8n's 64->128 stride 2 0.37-0.41 -> 0.32-0.34, DeepLab's
+/// 1x1 960->256 at 33x33 5.8-6.1 -> 2.4-2.5. Left on the FMA kernels: 7x7 and 14x14
+/// pointwise planes (ResNet-50's 2048->512 at 7x7 ran 0.64 -> 0.78 on AMX in a build
+/// with the threshold lowered: the weights' parts are 1.5x their f32 bytes for 49
+/// positions, which fill 64 columns), 32 or 48 output channels (YOLOv8n's 32->32 at
+/// 160x160 the same either way in that build), and stride-1 3x3 convs (Winograd:
+/// ResNet-50's 64->64 at 56x56 1.19 -> 1.53 and YOLOv8n's 80->80 at 80x80 3.26 -> 4.95
+/// on AMX in a build that sent them here).
 pub(crate) fn conv_prefers(g: &Win3, mg: usize, kdim: usize) -> bool {
-    let pointwise = g.k_vol() == 1 && g.stride == [1; 3] && g.pad == [0; 3] && g.out == g.input;
+    let pointwise = g.pointwise();
     let fits = if pointwise {
         kdim >= 32 && g.out_vol() >= 256
     } else {
@@ -870,8 +873,8 @@ const SERIAL_WORK: usize = 1 << 20;
 
 /// `y = conv(x, w) + bias` for f32 NCHW data of a 2-D conv (a `Win3` of depth one),
 /// with `w` packed by [`pack_conv_weights`]; `y` is written in full, then `tail` runs
-/// on it. Tasks are (image, group, block of positions, chunk of output channels),
-/// fixed by the shapes.
+/// on it. Tasks are (image, group, block of positions, chunk of output channels); each
+/// output is summed in the same order whatever the tasks.
 ///
 /// AMX is [`enabled`].
 #[allow(clippy::too_many_arguments)]
@@ -897,11 +900,7 @@ pub(crate) fn conv(
     let blocks = out_vol.div_ceil(NC);
     // Chunks of output channels give threads work on small planes, but each chunk
     // converts the input again: on one thread, none (the sums are the same either way).
-    let threads = if crate::par::enabled() {
-        rayon::current_num_threads()
-    } else {
-        1
-    };
+    let threads = crate::par::threads();
     let m_chunk = if threads > 1 && n * group * blocks < 4 && mg > M_CHUNK_BLOCKS * MB {
         M_CHUNK_BLOCKS * MB
     } else {
@@ -909,7 +908,7 @@ pub(crate) fn conv(
     };
     let m_tasks = mg.div_ceil(m_chunk);
     let tasks = n * group * blocks * m_tasks;
-    let pointwise = g.k_vol() == 1 && g.stride == [1; 3] && g.pad == [0; 3] && g.out == g.input;
+    let pointwise = g.pointwise();
     let padded = (!pointwise).then(|| pad_input(x, n * c, g));
     let plane = if pointwise {
         in_vol

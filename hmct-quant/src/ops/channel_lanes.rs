@@ -95,7 +95,7 @@ pub(crate) fn fits(g: &Win3, mg: usize, cg: usize) -> bool {
 /// [`fits`]'s question): 1x1, stride 1, no pads, 16 or more input channels, and a
 /// block's output channels per group (32 with AVX-512, 16 with AVX2).
 fn runs_pointwise(g: &Win3, mg: usize, cg: usize) -> bool {
-    let pointwise = g.k_vol() == 1 && g.stride == [1; 3] && g.pad == [0; 3] && g.out == g.input;
+    let pointwise = g.pointwise();
     let block = match crate::cpu::conv_isa() {
         Some(Isa::Avx512) => CR,
         Some(Isa::Avx2Fma) => CR_AVX2,
@@ -115,7 +115,7 @@ pub(crate) fn runs_blocked(
     group: usize,
     layouts: super::blocked::Layouts,
 ) -> bool {
-    let pointwise = g.k_vol() == 1 && g.stride == [1; 3] && g.pad == [0; 3] && g.out == g.input;
+    let pointwise = g.pointwise();
     crate::cpu::conv_isa() == Some(Isa::Avx512)
         && pointwise
         && group == 1
@@ -498,8 +498,7 @@ static BAND_CALLS: AtomicU64 = AtomicU64::new(0);
 /// data; their copy and its zero fill were 5% of `kernel_table
 /// deeplab_3x3d12_960to256_33` in `perf record`).
 fn reads_in_place(g: &Win3) -> bool {
-    let extent = |a: usize| (g.out[a] - 1) * g.stride[a] + (g.kernel[a] - 1) * g.dil[a] + 1;
-    g.stride == [1; 3] && g.pad == [0; 3] && (extent(1), extent(2)) == (g.input[1], g.input[2])
+    g.stride == [1; 3] && g.pad == [0; 3] && (g.reach(1), g.reach(2)) == (g.input[1], g.input[2])
 }
 
 /// With AVX-512, a task's input rows of a 2-D conv, zero-padded to the columns its
@@ -611,15 +610,12 @@ impl Band {
 /// No copy (`None`: the tiles read `x` where it lies) when [`reads_in_place`].
 fn padded_copy(x: &[f32], planes: usize, cg: usize, g: &Win3) -> (Lines, Option<Vec<f32>>) {
     let [_, ih, iw] = g.input;
-    let [_, oh, ow] = g.out;
+    let ow = g.out[2];
     let [_, kh, kw] = g.kernel;
     let [_, dh, dw] = g.dil;
     let s = g.stride[2];
     let (ph, pw) = (g.pad[1] as usize, g.pad[2] as usize);
-    let (eh, ew) = (
-        (oh - 1) * s + (kh - 1) * dh + 1,
-        (ow - 1) * s + (kw - 1) * dw + 1,
-    );
+    let (eh, ew) = (g.reach(1), g.reach(2));
     let (rows, width) = (eh.div_ceil(s), ew.div_ceil(s));
     let phase = rows * width;
     let in_plane = s * s * phase;

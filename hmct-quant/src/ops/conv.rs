@@ -1250,8 +1250,7 @@ fn dw_plane<T: Scalar>(
         ..
     } = scratch;
     // Padded extent each axis needs: the last output's last tap, plus one.
-    let extent = |a: usize| (g.out[a] - 1) * g.stride[a] + (g.kernel[a] - 1) * g.dil[a] + 1;
-    let (ed, eh, ew) = (extent(0), extent(1), extent(2));
+    let (ed, eh, ew) = (g.reach(0), g.reach(1), g.reach(2));
     // The buffer is reused plane after plane. Its padding (rows in the depth or height
     // padding, the padding columns of data rows) and, past the plane, zeros that the
     // last block of a row may read for outputs beyond the row's end (see `dw_row`),

@@ -597,7 +597,7 @@ impl PackB for ConvB<'_> {
         let iw = g.input[2];
         let [_, _, ow] = g.out;
         let [_, _, kw] = g.kernel;
-        if k_vol == 1 && g.stride == [1; 3] && g.pad == [0; 3] && g.out == g.input {
+        if g.pointwise() {
             // Pointwise: row c is channel c's positions as they are.
             for (kk, row) in dst.chunks_exact_mut(nr).take(kc).enumerate() {
                 row[..cols].copy_from_slice(&self.x[(k0 + kk) * in_vol + j0..][..cols]);
@@ -696,7 +696,7 @@ pub(crate) fn conv_prefers(isa: Isa, g: &Win3, mg: usize, kdim: usize) -> bool {
         Isa::Avx512 => kdim >= 16,
         Isa::Avx2Fma => kdim >= 64 || (kdim >= 16 && kdim > l1_lines_across_planes(g.out_vol())),
     };
-    let pointwise = g.k_vol() == 1 && g.stride == [1; 3] && g.pad == [0; 3] && g.out == g.input;
+    let pointwise = g.pointwise();
     pointwise && mg >= 2 * mr && deep_enough && g.out_vol() >= 4 * nr
 }
 
@@ -741,7 +741,8 @@ const SERIAL_WORK: usize = 1 << 20;
 
 /// `y = conv(x, w) + bias` for f32 NCHW data of a 2-D conv (a `Win3` of depth one), with
 /// `w` packed by [`pack_conv_weights`]; `y` is written in full. Tasks are (image,
-/// group, block of `nc` positions, chunk of output channels), fixed by the shapes.
+/// group, block of `nc` positions, chunk of output channels); each output is summed in
+/// the same order whatever the tasks.
 ///
 /// The CPU runs the instruction set `w` was packed for.
 #[allow(clippy::too_many_arguments)]
@@ -766,7 +767,10 @@ pub(crate) fn conv(
     assert!(x.len() >= n * c * in_vol && y.len() >= n * m * out_vol);
     let Geometry { mr, nc, .. } = Geometry::of(w[0].isa);
     let blocks = out_vol.div_ceil(nc);
-    let m_chunk = if n * group * blocks < 4 && mg > M_CHUNK_TILES * mr {
+    // Chunks of output channels give threads work on small planes, but each chunk packs
+    // the input again: on one thread, none (the sums are the same either way).
+    let threads = crate::par::threads();
+    let m_chunk = if threads > 1 && n * group * blocks < 4 && mg > M_CHUNK_TILES * mr {
         M_CHUNK_TILES * mr
     } else {
         mg

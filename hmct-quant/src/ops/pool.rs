@@ -870,7 +870,6 @@ fn first_runs_2d(
 
 impl PhaseGeometry {
     fn new(g: &Win3) -> PhaseGeometry {
-        let need = |a: usize| (g.out[a] - 1) * g.stride[a] + (g.kernel[a] - 1) * g.dil[a] + 1;
         let first: [Vec<Option<usize>>; 3] = std::array::from_fn(|a| {
             (0..g.out[a])
                 .map(|o| {
@@ -887,7 +886,10 @@ impl PhaseGeometry {
                 .enumerate()
                 .all(|(o, f)| *f == Some(o * g.stride[a]) && g.pad[a] == 0)
         });
-        let (rows, cols) = (need(1).div_ceil(g.stride[1]), need(2).div_ceil(g.stride[2]));
+        let (rows, cols) = (
+            g.reach(1).div_ceil(g.stride[1]),
+            g.reach(2).div_ceil(g.stride[2]),
+        );
         let [_, sh, sw] = g.stride;
         let taps_2d = (g.input[0] == 1 && g.kernel[0] == 1).then(|| {
             (0..g.kernel[1])
@@ -902,7 +904,7 @@ impl PhaseGeometry {
         });
         let row_at = (0..g.input[1])
             .map(|h| h + g.pad[1] as usize)
-            .take_while(|&r| r < need(1))
+            .take_while(|&r| r < g.reach(1))
             .map(|r| (r % sh) * sw * rows * cols + (r / sh) * cols)
             .collect();
         let first_runs_2d = match (&taps_2d, first_is_zero) {
@@ -915,7 +917,7 @@ impl PhaseGeometry {
             cols,
             row_at,
             first_runs_2d,
-            need_cols: need(2),
+            need_cols: g.reach(2),
             first,
             first_is_zero,
             taps_2d,

@@ -214,6 +214,15 @@ impl Win3 {
     pub fn k_vol(&self) -> usize {
         self.kernel.iter().product()
     }
+    /// How far the windows reach on axis `a` of the padded input: the last output's
+    /// last tap, plus one.
+    pub fn reach(&self, a: usize) -> usize {
+        (self.out[a] - 1) * self.stride[a] + (self.kernel[a] - 1) * self.dil[a] + 1
+    }
+    /// A pointwise conv's window: one tap, stride 1, no padding, output = input.
+    pub fn pointwise(&self) -> bool {
+        self.k_vol() == 1 && self.stride == [1; 3] && self.pad == [0; 3] && self.out == self.input
+    }
     /// Input coordinate on axis `a` for output `o` and kernel tap `k`, if inside.
     #[inline]
     pub fn src(&self, a: usize, o: usize, k: usize) -> Option<usize> {
