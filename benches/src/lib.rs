@@ -198,6 +198,13 @@ pub const CONV_SHAPES: &[ConvShape] = &[
         ..conv("deeplab_3x3d24_960to256_33", 960, 256, 1, 3, 1, 24, 33)
     },
     conv("deeplab_1x1_960to256_33", 960, 256, 1, 1, 1, 0, 33),
+    // Its backbone's last stage: depthwise 5x5 convs of dilation 2 (on a 32x32 map in
+    // the zoo).
+    ConvShape {
+        d: 2,
+        p: 4,
+        ..conv("deeplab_dw5x5d2_960_32", 960, 960, 960, 5, 1, 4, 32)
+    },
     conv("deeplab_3x3_256_33", 256, 256, 1, 3, 1, 1, 33),
 ];
 

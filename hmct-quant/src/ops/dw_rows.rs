@@ -116,6 +116,8 @@ mod avx512 {
                 (1, 3, 3, 1, 1) => rows::<1>(&g, &w, oh, 3, 3, 1, 1),
                 (1, 5, 5, 1, 1) => rows::<1>(&g, &w, oh, 5, 5, 1, 1),
                 (1, 7, 7, 1, 1) => rows::<1>(&g, &w, oh, 7, 7, 1, 1),
+                (1, 3, 3, 2, 2) => rows::<1>(&g, &w, oh, 3, 3, 2, 2),
+                (1, 5, 5, 2, 2) => rows::<1>(&g, &w, oh, 5, 5, 2, 2),
                 (1, kh, kw, dh, dw) => rows::<1>(&g, &w, oh, kh, kw, dh, dw),
                 (2, 3, 3, 1, 1) => rows::<2>(&g, &w, oh, 3, 3, 1, 1),
                 (2, 5, 5, 1, 1) => rows::<2>(&g, &w, oh, 5, 5, 1, 1),
@@ -149,17 +151,24 @@ mod avx512 {
         dw: usize,
     ) {
         let k = Kernel { w, kh, kw, dh, dw };
-        let mut h0 = 0;
+        // At stride 1 a block's rows are `dh` apart, so that each input row loaded
+        // serves every row of the block (rows side by side would share only every
+        // `dh`-th input row): blocks of `ROWS · dh` rows, one per row phase.
+        let step = if S == 1 { dh } else { 1 };
+        let span = ROWS * step;
+        let mut base = 0;
         // SAFETY (whole body): blocks cover rows below `oh` and columns below `ow`.
         unsafe {
-            while h0 < oh {
-                match oh - h0 {
-                    1 => columns::<1, S>(g, &k, h0),
-                    2 => columns::<2, S>(g, &k, h0),
-                    3 => columns::<3, S>(g, &k, h0),
-                    _ => columns::<ROWS, S>(g, &k, h0),
+            while base < oh {
+                for h0 in (base..oh.min(base + span)).take(step) {
+                    match (oh.min(base + span) - h0).div_ceil(step) {
+                        1 => columns::<1, S>(g, &k, h0, step),
+                        2 => columns::<2, S>(g, &k, h0, step),
+                        3 => columns::<3, S>(g, &k, h0, step),
+                        _ => columns::<ROWS, S>(g, &k, h0, step),
+                    }
                 }
-                h0 += ROWS;
+                base += span;
             }
         }
     }
@@ -172,10 +181,15 @@ mod avx512 {
         dw: usize,
     }
 
-    /// Output rows `h0 .. h0 + RB`, all columns: blocks of 32, the last one of 16
-    /// or 32 with its extra lanes left unstored.
+    /// Output rows `h0 + i·step` for `i < RB` (`step` 1 at stride 2), all columns:
+    /// blocks of 32, the last one of 16 or 32 with its extra lanes left unstored.
     #[inline(always)]
-    unsafe fn columns<const RB: usize, const S: usize>(g: &Geometry, k: &Kernel, h0: usize) {
+    unsafe fn columns<const RB: usize, const S: usize>(
+        g: &Geometry,
+        k: &Kernel,
+        h0: usize,
+        step: usize,
+    ) {
         let mut x0 = 0;
         // SAFETY: as for `rows`.
         unsafe {
@@ -183,8 +197,8 @@ mod avx512 {
                 let rem = g.ow - x0;
                 let last = lanes(0, ((rem.min(2 * LANES) - 1) % LANES + 1) as isize);
                 match (rem > LANES, S) {
-                    (true, 1) => block::<RB, 2>(g, k, h0, x0, last),
-                    (false, 1) => block::<RB, 1>(g, k, h0, x0, last),
+                    (true, 1) => block::<RB, 2>(g, k, h0, step, x0, last),
+                    (false, 1) => block::<RB, 1>(g, k, h0, step, x0, last),
                     (true, _) => block_stride2::<RB, 2>(g, k, h0, x0, last),
                     (false, _) => block_stride2::<RB, 1>(g, k, h0, x0, last),
                 }
@@ -203,13 +217,14 @@ mod avx512 {
         (((1u32 << hi) - 1) & !((1u32 << lo) - 1)) as __mmask16
     }
 
-    /// Outputs `(h0 + i, x0 + 16·v + l)` for `i < RB`, `v < V`; the last vector stores
-    /// only the lanes in `last`.
+    /// Outputs `(h0 + i·step, x0 + 16·v + l)` for `i < RB`, `v < V`, where `step` is
+    /// 1 or `dh`; the last vector stores only the lanes in `last`.
     #[inline(always)]
     unsafe fn block<const RB: usize, const V: usize>(
         g: &Geometry,
         k: &Kernel,
         h0: usize,
+        step: usize,
         x0: usize,
         last: __mmask16,
     ) {
@@ -227,8 +242,10 @@ mod avx512 {
         // or of `zeros` (masked-off lanes are not accessed, so their addresses may lie outside the
         // input); stores go to rows below `oh` and lanes below `ow`.
         unsafe {
-            for j in 0..RB + (k.kh - 1) * k.dh {
-                let r = (h0 + j) as isize - g.top;
+            // Input rows `q` apart: `dh` when the block's rows are, else 1.
+            let q = if step == k.dh { k.dh } else { 1 };
+            for j in 0..((RB - 1) * step + (k.kh - 1) * k.dh) / q + 1 {
+                let r = (h0 + j * q) as isize - g.top;
                 let row = if r >= 0 && r < g.ih {
                     g.x.wrapping_offset(r * g.iw)
                 } else {
@@ -240,11 +257,13 @@ mod avx512 {
                         _mm512_maskz_loadu_ps(m, row.wrapping_offset(lo))
                     });
                     // Input row `j` is kernel row `b` of output row `i` when
-                    // `j = i + b·dh`; with `j` rising, each output's taps come in
-                    // (b, c) order. Rows and columns in the padding add `w·0`, as
-                    // the per-row path over the zero-padded copy does.
+                    // `j·q = i·step + b·dh`; with `j` rising, each output's taps
+                    // come in (b, c) order. Rows and columns in the padding add
+                    // `w·0`, as the per-row path over the zero-padded copy does.
                     for (i, sums) in acc.iter_mut().enumerate() {
-                        let Some(d) = j.checked_sub(i) else { continue };
+                        let Some(d) = (j * q).checked_sub(i * step) else {
+                            continue;
+                        };
                         if d % k.dh != 0 || d / k.dh >= k.kh {
                             continue;
                         }
@@ -256,7 +275,7 @@ mod avx512 {
                 }
             }
             for (i, sums) in acc.iter().enumerate() {
-                let dst = g.out.add((h0 + i) * g.ow + x0);
+                let dst = g.out.add((h0 + i * step) * g.ow + x0);
                 for (v, &s) in sums.iter().enumerate() {
                     if v + 1 < V {
                         _mm512_storeu_ps(dst.add(v * LANES), s);
