@@ -15,7 +15,7 @@
 //! Each operand is stored as its three parts (weights once, 1.5x their f32 bytes;
 //! activations a block at a time), and the kernel runs the six products of parts as
 //! six bf16 GEMMs into the same f32 sums, 32 depths at a time: weight part x
-//! activation part 0x0, 1x0, 2x0, 0x1, 1x1, 0x2. A conv's weights are `A` (rows are
+//! activation part 1x1, 0x1, 0x2, 0x0, 1x0, 2x0. A conv's weights are `A` (rows are
 //! output channels) and its input `B`; a MatMul's input is `A` and its weight `B`.
 //! Each output is summed in that order over chunks of 32 depths, so the operand
 //! roles, the blocking, the tasks and the thread count change no bit (the tests
@@ -488,24 +488,40 @@ impl CBlock {
     }
 }
 
-/// One part of `A` (byte offset `$a`) times one part of `B` (`$b`) over a chunk, into
-/// tiles 0-3: rows 0-15 of `A` in tile 4, 16-31 in tile 5; columns 0-15 of `B` in
-/// tile 6, 16-31 in tile 7.
-macro_rules! product {
-    ($a:literal, $b:literal) => {
+/// Loads one part of `A` (byte offset `$off` in a chunk) into tiles 4 (rows 0-15) and
+/// 5 (rows 16-31).
+macro_rules! load_a {
+    ($off:literal) => {
         concat!(
             "tileloadd tmm4, [{a} + {s} + ",
-            $a,
-            "]\n",
-            "tileloadd tmm6, [{b} + {s} + ",
-            $b,
+            $off,
             "]\n",
             "tileloadd tmm5, [{a} + {s} + ",
-            $a,
+            $off,
             " + 1024]\n",
+        )
+    };
+}
+
+/// Loads one part of `B` (byte offset `$off` in a chunk) into tiles 6 (columns 0-15)
+/// and 7 (columns 16-31).
+macro_rules! load_b {
+    ($off:literal) => {
+        concat!(
+            "tileloadd tmm6, [{b} + {s} + ",
+            $off,
+            "]\n",
             "tileloadd tmm7, [{b} + {s} + ",
-            $b,
+            $off,
             " + 1024]\n",
+        )
+    };
+}
+
+/// Tiles 4-5 (`A`) times tiles 6-7 (`B`) added to tiles 0-3.
+macro_rules! product {
+    () => {
+        concat!(
             "tdpbf16ps tmm0, tmm4, tmm6\n",
             "tdpbf16ps tmm1, tmm4, tmm7\n",
             "tdpbf16ps tmm2, tmm5, tmm6\n",
@@ -514,13 +530,13 @@ macro_rules! product {
     };
 }
 
-/// The loop over `chunks` chunks at `a` and `b` that adds the six products of parts,
-/// each `(byte offset of A's part, byte offset of B's part)` in a chunk, to tiles 0-3.
+/// The loop over `chunks` chunks at `a` and `b` that adds six products of parts to
+/// tiles 0-3, given as the loads and products of one chunk.
 macro_rules! six_products {
-    ($a:expr, $b:expr, $chunks:expr, $(($pa:literal, $pb:literal)),+) => {
+    ($a:expr, $b:expr, $chunks:expr, $($step:expr),+) => {
         asm!(
             "2:",
-            $(product!($pa, $pb),)+
+            $($step,)+
             "add {a}, 6144",
             "add {b}, 6144",
             "dec {n}",
@@ -535,8 +551,10 @@ macro_rules! six_products {
 }
 
 /// Adds `chunks` chunks of the weight's parts (at `a`) times the activations' (at `b`)
-/// to tiles 0-3: weight part x activation part 0x0, 1x0, 2x0, 0x1, 1x1, 0x2, in that
-/// order (parts are 2048 bytes apart in a chunk, chunks 6144).
+/// to tiles 0-3: weight part x activation part 1x1, 0x1, 0x2, 0x0, 1x0, 2x0, in that
+/// order (parts are 2048 bytes apart in a chunk, chunks 6144). Each product after the
+/// first keeps one operand's part in its tiles and loads the other's: 14 tile loads a
+/// chunk instead of 24, which matters where `B` streams from L2.
 ///
 /// # Safety
 /// Tiles are configured and hold the sums; `a` and `b` hold `chunks` chunks.
@@ -548,12 +566,12 @@ unsafe fn kernel_weight_a(a: *const u16, b: *const u16, chunks: usize) {
                 a,
                 b,
                 chunks,
-                ("0", "0"),
-                ("2048", "0"),
-                ("4096", "0"),
-                ("0", "2048"),
-                ("2048", "2048"),
-                ("0", "4096")
+                concat!(load_a!("2048"), load_b!("2048"), product!()),
+                concat!(load_a!("0"), product!()),
+                concat!(load_b!("4096"), product!()),
+                concat!(load_b!("0"), product!()),
+                concat!(load_a!("2048"), product!()),
+                concat!(load_a!("4096"), product!())
             )
         };
     }
@@ -572,12 +590,12 @@ unsafe fn kernel_weight_b(a: *const u16, b: *const u16, chunks: usize) {
                 a,
                 b,
                 chunks,
-                ("0", "0"),
-                ("0", "2048"),
-                ("0", "4096"),
-                ("2048", "0"),
-                ("2048", "2048"),
-                ("4096", "0")
+                concat!(load_b!("2048"), load_a!("2048"), product!()),
+                concat!(load_b!("0"), product!()),
+                concat!(load_a!("4096"), product!()),
+                concat!(load_a!("0"), product!()),
+                concat!(load_b!("2048"), product!()),
+                concat!(load_b!("4096"), product!())
             )
         };
     }
