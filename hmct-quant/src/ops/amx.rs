@@ -71,11 +71,6 @@ fn split(x: f32) -> [u32; 3] {
     [p0, p1, r2.to_bits() & HI]
 }
 
-/// Chunks of 32 depths in depth block `kb` of a depth of `k`.
-fn block_chunks(k: usize, kb: usize) -> usize {
-    KB.min(k - kb * KB).div_ceil(32)
-}
-
 /// One tile row: 32 bf16 values on a 64-byte line. Tile loads from lines that are not
 /// aligned run at a third of the rate (the register block alone, timed by a scratch
 /// loop on data in L1 that is not in the repository: 2800 GFLOP/s of bf16, 89% of
@@ -120,6 +115,8 @@ pub(crate) struct PackedA {
     m: usize,
     k: usize,
     chunks: usize,
+    /// Depth tap by tap ([`pack_conv_weights`]).
+    by_tap: bool,
 }
 
 impl PackedA {
@@ -142,6 +139,7 @@ impl PackedA {
             m,
             k,
             chunks,
+            by_tap: false,
         }
     }
 
@@ -153,9 +151,9 @@ impl PackedA {
         self.k
     }
 
-    /// Depth block `kb` of the 32 rows from `i0`.
-    fn block(&self, i0: usize, kb: usize) -> *const u16 {
-        self.data.values()[((i0 / MB) * self.chunks + kb * KB / 32) * CHUNK..].as_ptr()
+    /// The 32 rows from `i0`, from chunk `chunk` of their depth on.
+    fn block(&self, i0: usize, chunk: usize) -> *const u16 {
+        self.data.values()[((i0 / MB) * self.chunks + chunk) * CHUNK..].as_ptr()
     }
 }
 
@@ -221,6 +219,65 @@ pub(crate) enum BSource<'a> {
         x: &'a [f32],
         g: &'a Win3,
     },
+    /// A conv's windows over its unpadded input, tap by tap, for a conv whose taps
+    /// mostly read padding: row `tap · cg32 + c` (`cg32` = `cg` rounded up to 32;
+    /// rows past `cg` are zero), column `j` = output position `plan.order[j]`; values
+    /// in the padding are zeros the gather leaves out. Depth blocks stay within a
+    /// tap, and a panel of 32 columns none of whose positions reads data with the
+    /// block's tap is skipped.
+    TapWindows {
+        x: &'a [f32],
+        g: &'a Win3,
+        cg: usize,
+        plan: &'a TapPlan,
+    },
+}
+
+/// The order in which a conv whose taps mostly read padding ([`conv_reads_little`])
+/// visits its output positions, and which panels of 32 positions in that order read
+/// data with each tap.
+pub(crate) struct TapPlan {
+    /// Output positions band after band (a band: a rectangle of outputs that read
+    /// data with the same taps), row-major within a band.
+    order: Vec<u32>,
+    /// Panels of `order`.
+    panels: usize,
+    /// `reads[tap · panels + panel]`.
+    reads: Vec<bool>,
+}
+
+impl TapPlan {
+    fn new(g: &Win3) -> TapPlan {
+        let [_, _, ow] = g.out;
+        let [_, _, kw] = g.kernel;
+        let (rows, cols) = (super::conv::axis_bands(g, 1), super::conv::axis_bands(g, 2));
+        let mut order = Vec::with_capacity(g.out_vol());
+        let mut taps = Vec::with_capacity(g.out_vol());
+        for (r, tr) in &rows {
+            for (c, tc) in &cols {
+                for y in r.clone() {
+                    for x in c.clone() {
+                        order.push((y * ow + x) as u32);
+                        taps.push((tr.clone(), tc.clone()));
+                    }
+                }
+            }
+        }
+        let panels = order.len().div_ceil(NB);
+        let mut reads = vec![false; g.k_vol() * panels];
+        for (j, (tr, tc)) in taps.iter().enumerate() {
+            for a in tr.clone() {
+                for b in tc.clone() {
+                    reads[(a * kw + b) * panels + j / NB] = true;
+                }
+            }
+        }
+        TapPlan {
+            order,
+            panels,
+            reads,
+        }
+    }
 }
 
 thread_local! {
@@ -260,6 +317,11 @@ pub(crate) unsafe fn gemm(
             assert!(columns.end <= g.out_vol());
             (p.k, true)
         }
+        (ASource::Packed(p), BSource::TapWindows { x, g, cg, plan }) => {
+            assert!(p.k == g.k_vol() * cg.next_multiple_of(32) && x.len() == cg * g.in_vol());
+            assert!(columns.end <= plan.order.len() && plan.order.len() == g.out_vol());
+            (p.k, true)
+        }
         (ASource::Matrix { k, .. }, BSource::Packed(p)) => {
             assert_eq!(p.k, k);
             (k, false)
@@ -271,7 +333,30 @@ pub(crate) unsafe fn gemm(
         return;
     }
     debug_assert!(rows.start.is_multiple_of(MB));
-    let kblocks = k.div_ceil(KB).max(1);
+    // Depth blocks: (first depth, depths, tap). Taps matter to `TapWindows` only,
+    // whose blocks stay within a tap's `cg32` rows.
+    let depth_blocks: Vec<(usize, usize, usize)> = match b {
+        BSource::TapWindows { g, cg, .. } => {
+            assert!(columns.start.is_multiple_of(NB));
+            let cg32 = cg.next_multiple_of(32);
+            (0..g.k_vol())
+                .flat_map(|t| {
+                    (0..cg.div_ceil(KB))
+                        .map(move |kb| (t * cg32 + kb * KB, KB.min(cg - kb * KB), t))
+                })
+                .collect()
+        }
+        _ => (0..k.div_ceil(KB).max(1))
+            .map(|kb| (kb * KB, KB.min(k.saturating_sub(kb * KB)), 0))
+            .collect(),
+    };
+    // Whether depth block `bi` reads panel `p` of the columns from `j0`.
+    let reads = |bi: usize, j0: usize, p: usize| match b {
+        BSource::TapWindows { plan, .. } => {
+            plan.reads[depth_blocks[bi].2 * plan.panels + (columns.start + j0) / NB + p]
+        }
+        _ => true,
+    };
     let _tiles = Tiles::configure();
     BUFFERS.with(|cell| {
         let (bbuf, abuf) = &mut *cell.borrow_mut();
@@ -284,16 +369,18 @@ pub(crate) unsafe fn gemm(
         for j0 in (0..n).step_by(NC) {
             let nc = NC.min(n - j0);
             let panels = nc.div_ceil(NB);
-            for kb in 0..kblocks {
-                let chunks = if k == 0 { 0 } else { block_chunks(k, kb) };
-                let k0 = kb * KB;
-                let kc = KB.min(k.saturating_sub(k0));
+            // The first depth block that reads each panel starts its sums.
+            let first: Vec<Option<usize>> = (0..panels)
+                .map(|p| (0..depth_blocks.len()).find(|&bi| reads(bi, j0, p)))
+                .collect();
+            for (bi, &(k0, kc, tap)) in depth_blocks.iter().enumerate() {
+                let chunks = kc.div_ceil(32);
                 // The block of `B`: its first panel and the distance between panels.
                 let (bblock, panel_stride) = match b {
                     BSource::Packed(pb) => {
                         debug_assert!((columns.start + j0).is_multiple_of(NB));
                         let p0 = (columns.start + j0) / NB;
-                        let at = (p0 * pb.chunks + kb * KB / 32) * CHUNK;
+                        let at = (p0 * pb.chunks + k0 / 32) * CHUNK;
                         (pb.data.values()[at..].as_ptr(), pb.chunks * CHUNK)
                     }
                     BSource::Planes { x, stride } => {
@@ -316,18 +403,47 @@ pub(crate) unsafe fn gemm(
                             let cols = NB.min(nc - p * NB);
                             let j = columns.start + j0 + p * NB;
                             let dst = &mut bbuf[p * chunks * CHUNK..][..chunks * CHUNK];
+                            let [ph, pw] = padded_extent(g);
+                            let [_, _, kw] = g.kernel;
+                            let taps = g.k_vol();
+                            let base = |kk: usize| {
+                                let (ci, tap) = ((k0 + kk) / taps, (k0 + kk) % taps);
+                                ci * ph * pw + tap / kw * g.dil[1] * pw + tap % kw * g.dil[2]
+                            };
                             // SAFETY: AMX implies AVX-512F; every window of the
                             // columns lies inside the padded planes (asserted above).
-                            unsafe { convert::b_windows(x, g, k0, kc, j, cols, chunks, dst) };
+                            unsafe {
+                                let gather = convert::Gather::padded(g, |l| j + l, cols);
+                                convert::b_windows(x, &gather, base, kc, chunks, dst)
+                            };
+                        }
+                        (bbuf.as_ptr(), chunks * CHUNK)
+                    }
+                    BSource::TapWindows { x, g, cg, plan } => {
+                        let c0 = k0 - tap * cg.next_multiple_of(32);
+                        for p in (0..panels).filter(|&p| reads(bi, j0, p)) {
+                            let cols = NB.min(nc - p * NB);
+                            let j = columns.start + j0 + p * NB;
+                            let dst = &mut bbuf[p * chunks * CHUNK..][..chunks * CHUNK];
+                            let order = &plan.order[j..j + cols];
+                            let in_vol = g.in_vol();
+                            // SAFETY: AMX implies AVX-512F; channels `c0 .. c0 + kc`
+                            // are below `cg` (`x` holds `cg` planes, asserted above),
+                            // and the gather reads only inside a plane.
+                            unsafe {
+                                let gather =
+                                    convert::Gather::tap(g, |l| order[l] as usize, cols, tap);
+                                let base = |kk: usize| (c0 + kk) * in_vol;
+                                convert::b_windows(x, &gather, base, kc, chunks, dst)
+                            };
                         }
                         (bbuf.as_ptr(), chunks * CHUNK)
                     }
                 };
-                let from = if kb == 0 { start } else { Start::Output };
                 for i0 in rows.clone().step_by(MB) {
                     let vr = MB.min(rows.end - i0);
                     let ablock = match a {
-                        ASource::Packed(pa) => pa.block(i0, kb),
+                        ASource::Packed(pa) => pa.block(i0, k0 / 32),
                         ASource::Matrix { a, m, .. } => {
                             let dst = &mut abuf[..chunks * CHUNK];
                             // SAFETY: AMX implies AVX-512F.
@@ -335,13 +451,18 @@ pub(crate) unsafe fn gemm(
                             abuf.as_ptr()
                         }
                     };
-                    if let Start::Bias(bias) = from {
+                    if let Start::Bias(bias) = start {
                         for (r, row) in bias_tiles.0.chunks_exact_mut(16).enumerate() {
                             row.fill(if r < vr { bias[i0 + r] } else { 0.0 });
                         }
                     }
-                    for p in 0..panels {
+                    for p in (0..panels).filter(|&p| reads(bi, j0, p)) {
                         let vc = NB.min(nc - p * NB);
+                        let from = if first[p] == Some(bi) {
+                            start
+                        } else {
+                            Start::Output
+                        };
                         // SAFETY: the block's `vr` rows × `vc` columns lie inside the
                         // caller's block; `ablock` and the panel hold `chunks` chunks.
                         unsafe {
@@ -361,6 +482,29 @@ pub(crate) unsafe fn gemm(
                             }
                             out.store(&mut scratch);
                         }
+                    }
+                }
+            }
+            // Panels no depth block reads (outputs whose windows are all padding):
+            // their start.
+            for p in (0..panels).filter(|&p| first[p].is_none()) {
+                for i0 in rows.clone().step_by(MB) {
+                    let vr = MB.min(rows.end - i0);
+                    if let Start::Bias(bias) = start {
+                        for (r, row) in bias_tiles.0.chunks_exact_mut(16).enumerate() {
+                            row.fill(if r < vr { bias[i0 + r] } else { 0.0 });
+                        }
+                    }
+                    // SAFETY: as above.
+                    unsafe {
+                        let out = CBlock {
+                            c: c.add((i0 - rows.start) * ldc + j0 + p * NB),
+                            ldc,
+                            rows: vr,
+                            cols: NB.min(nc - p * NB),
+                        };
+                        out.load(start, &bias_tiles, &zeros, &mut scratch);
+                        out.store(&mut scratch);
                     }
                 }
             }
@@ -673,57 +817,117 @@ mod convert {
         }
     }
 
-    /// Rows `k0 .. k0 + kc` of a conv's windows ([`super::BSource::Windows`]) ×
-    /// output positions `j .. j + cols` (at most 32) into `chunks` chunks: per part,
-    /// two tiles of 16 pairs of rows x 16 columns (rows past `kc` and columns past
-    /// `cols` zero). Each row of 16 positions is one gather: the positions' offsets in
-    /// a padded plane are fixed for the panel, the row adds its channel and tap.
+    /// Where the 32 positions of a panel read: per half of 16, the offsets of their
+    /// windows' first values from a row's base, and the lanes read (the others are
+    /// zero).
+    pub(super) struct Gather {
+        idx: [__m512i; 2],
+        masks: [u16; 2],
+    }
+
+    impl Gather {
+        /// `cols` (at most 32) positions of `g`, `position(l)` for lane `l`, in planes
+        /// zero-padded to [`super::padded_extent`]: every lane below `cols` is read.
+        ///
+        /// # Safety
+        /// The CPU has AVX-512F.
+        #[target_feature(enable = "avx512f")]
+        pub(super) unsafe fn padded(
+            g: &Win3,
+            position: impl Fn(usize) -> usize,
+            cols: usize,
+        ) -> Gather {
+            let [_, pw] = super::padded_extent(g);
+            let [_, _, ow] = g.out;
+            let lanes: [i32; 32] = std::array::from_fn(|l| {
+                let q = position(l.min(cols.max(1) - 1));
+                ((q / ow * g.stride[1]) * pw + q % ow * g.stride[2]) as i32
+            });
+            let mask = |half: usize| ((1u32 << cols.saturating_sub(16 * half).min(16)) - 1) as u16;
+            // SAFETY: 32 i32 are 128 bytes.
+            unsafe {
+                Gather {
+                    idx: [
+                        _mm512_loadu_si512(lanes.as_ptr().cast()),
+                        _mm512_loadu_si512(lanes[16..].as_ptr().cast()),
+                    ],
+                    masks: [mask(0), mask(1)],
+                }
+            }
+        }
+
+        /// `cols` (at most 32) positions of `g`, `position(l)` for lane `l`, reading
+        /// with tap `tap` from unpadded planes: lanes whose tap reads padding are left
+        /// out (zero).
+        ///
+        /// # Safety
+        /// The CPU has AVX-512F.
+        #[target_feature(enable = "avx512f")]
+        pub(super) unsafe fn tap(
+            g: &Win3,
+            position: impl Fn(usize) -> usize,
+            cols: usize,
+            tap: usize,
+        ) -> Gather {
+            let [_, ih, iw] = g.input;
+            let [_, _, ow] = g.out;
+            let [_, _, kw] = g.kernel;
+            let mut masks = [0u16; 2];
+            let lanes: [i32; 32] = std::array::from_fn(|l| {
+                if l >= cols {
+                    return 0;
+                }
+                let q = position(l);
+                let r = (q / ow * g.stride[1] + tap / kw * g.dil[1]) as isize - g.pad[1];
+                let c = (q % ow * g.stride[2] + tap % kw * g.dil[2]) as isize - g.pad[2];
+                if r < 0 || c < 0 || r >= ih as isize || c >= iw as isize {
+                    return 0;
+                }
+                masks[l / 16] |= 1 << (l % 16);
+                (r as usize * iw + c as usize) as i32
+            });
+            // SAFETY: 32 i32 are 128 bytes.
+            unsafe {
+                Gather {
+                    idx: [
+                        _mm512_loadu_si512(lanes.as_ptr().cast()),
+                        _mm512_loadu_si512(lanes[16..].as_ptr().cast()),
+                    ],
+                    masks,
+                }
+            }
+        }
+    }
+
+    /// `kc` rows of a conv's windows × a panel's positions ([`Gather`]) into `chunks`
+    /// chunks: per part, two tiles of 16 pairs of rows x 16 columns (rows past `kc`
+    /// and lanes the gather leaves out zero). Row `kk` reads `x` from `base(kk)` at
+    /// the gather's offsets: one gather per row of 16 positions.
     ///
     /// # Safety
-    /// The CPU has AVX-512F; `x` holds the padded planes of every channel the rows
-    /// read, `[ph, pw]` = [`super::padded_extent`], and the columns are outputs of `g`.
+    /// The CPU has AVX-512F; every lane the gather reads lies inside `x` for every
+    /// row below `kc`; `dst` holds the chunks.
     #[target_feature(enable = "avx512f")]
-    #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn b_windows(
         x: &[f32],
-        g: &Win3,
-        k0: usize,
+        gather: &Gather,
+        base: impl Fn(usize) -> usize,
         kc: usize,
-        j: usize,
-        cols: usize,
         chunks: usize,
         dst: &mut [u16],
     ) {
-        let [ph, pw] = super::padded_extent(g);
-        let [_, _, ow] = g.out;
-        let [_, kh, kw] = g.kernel;
-        let taps = kh * kw;
-        let offsets = |half: usize| {
-            let lanes: [i32; 16] = std::array::from_fn(|l| {
-                let q = (j + 16 * half + l).min(j + cols.max(1) - 1);
-                ((q / ow * g.stride[1]) * pw + q % ow * g.stride[2]) as i32
-            });
-            // SAFETY: 16 i32 are 64 bytes.
-            unsafe { _mm512_loadu_si512(lanes.as_ptr().cast()) }
-        };
-        let idx = [offsets(0), offsets(1)];
-        let lanes = |half: usize| ((1u32 << cols.saturating_sub(16 * half).min(16)) - 1) as u16;
-        let masks = [lanes(0), lanes(1)];
         let row = |kk: usize, half: usize| {
             if kk >= kc {
                 return _mm512_setzero_ps();
             }
-            let kr = k0 + kk;
-            let (ci, tap) = (kr / taps, kr % taps);
-            let base = ci * ph * pw + tap / kw * g.dil[1] * pw + tap % kw * g.dil[2];
-            // SAFETY: the lanes' windows lie inside channel `ci`'s padded plane (the
-            // caller's contract); masked-off lanes are not read.
+            // SAFETY: the lanes read lie inside `x` (the caller's contract);
+            // masked-off lanes are not read.
             unsafe {
                 _mm512_mask_i32gather_ps::<4>(
                     _mm512_setzero_ps(),
-                    masks[half],
-                    idx[half],
-                    x.as_ptr().add(base).cast(),
+                    gather.masks[half],
+                    gather.idx[half],
+                    x.as_ptr().add(base(kk)).cast(),
                 )
             }
         };
@@ -865,23 +1069,44 @@ pub(crate) fn conv_prefers(g: &Win3, mg: usize, kdim: usize) -> bool {
     let fits = if pointwise {
         kdim >= 32 && g.out_vol() >= 256
     } else {
-        g.dil == [1; 3] && g.input[0] == 1 && kdim >= 64 && g.out_vol() >= 196
+        g.input[0] == 1 && kdim >= 64 && g.out_vol() >= 196
     };
     enabled() && mg >= 2 * MB && fits
 }
 
-/// Conv weights `[m, cg, taps...]` packed per group.
-pub(crate) fn pack_conv_weights(w: &[f32], m: usize, group: usize, kdim: usize) -> Vec<PackedA> {
-    let mg = m / group;
+/// Conv weights `[m, cg, taps...]` packed per group: depth `c · taps + tap`, or for
+/// a conv whose taps mostly read padding ([`BSource::TapWindows`]) `tap · cg32 + c`.
+pub(crate) fn pack_conv_weights(w: &[f32], m: usize, group: usize, g: &Win3) -> Vec<PackedA> {
+    let (mg, taps) = (m / group, g.k_vol());
+    let kdim = w.len() / m;
+    let cg = kdim / taps;
+    let tap_major = tap_by_tap(g);
     (0..group)
-        .map(|g| {
-            PackedA::new(
-                MatRef::row_major(&w[g * mg * kdim..][..mg * kdim], kdim),
-                mg,
-                kdim,
-            )
+        .map(|gi| {
+            let wg = &w[gi * mg * kdim..][..mg * kdim];
+            if !tap_major {
+                return PackedA::new(MatRef::row_major(wg, kdim), mg, kdim);
+            }
+            let cg32 = cg.next_multiple_of(32);
+            let mut by_tap = vec![0.0; mg * taps * cg32];
+            for (o, filter) in wg.chunks_exact(kdim).enumerate() {
+                for (ci, channel) in filter.chunks_exact(taps).enumerate() {
+                    for (t, &v) in channel.iter().enumerate() {
+                        by_tap[(o * taps + t) * cg32 + ci] = v;
+                    }
+                }
+            }
+            let mut packed = PackedA::new(MatRef::row_major(&by_tap, taps * cg32), mg, taps * cg32);
+            packed.by_tap = true;
+            packed
         })
         .collect()
+}
+
+/// Whether a spatial conv runs tap by tap ([`BSource::TapWindows`]): its taps mostly
+/// read padding, as DeepLab's ASPP convs (dilations 12, 24 and 36 on a 32x32 map).
+fn tap_by_tap(g: &Win3) -> bool {
+    !g.pointwise() && super::conv::reads_little(g)
 }
 
 /// Output channels per task, in register blocks, when positions alone give few tasks.
@@ -912,8 +1137,14 @@ pub(crate) fn conv(
     assert!(enabled());
     let (cg, mg) = (c / group, m / group);
     let (in_vol, out_vol) = (g.in_vol(), g.out_vol());
-    let kdim = cg * g.k_vol();
+    let by_tap = tap_by_tap(g);
+    let kdim = if by_tap {
+        cg.next_multiple_of(32) * g.k_vol()
+    } else {
+        cg * g.k_vol()
+    };
     assert!(w.len() == group && w.iter().all(|p| p.rows() == mg && p.depth() == kdim));
+    assert!(w.iter().all(|p| p.by_tap == by_tap));
     assert!(x.len() >= n * c * in_vol && y.len() >= n * m * out_vol);
     let blocks = out_vol.div_ceil(NC);
     // Chunks of output channels give threads work on small planes, but each chunk
@@ -927,14 +1158,18 @@ pub(crate) fn conv(
     let m_tasks = mg.div_ceil(m_chunk);
     let tasks = n * group * blocks * m_tasks;
     let pointwise = g.pointwise();
-    let padded = (!pointwise).then(|| pad_input(x, n * c, g));
-    let plane = if pointwise {
-        in_vol
-    } else {
-        padded_extent(g).iter().product()
+    let padded = (!pointwise && !by_tap).then(|| pad_input(x, n * c, g));
+    let plane = match padded {
+        Some(_) => padded_extent(g).iter().product(),
+        None => in_vol,
     };
     let xs = padded.as_deref().unwrap_or(x);
-    let yp = super::gemm_util::SendPtr(y.as_mut_ptr());
+    // Tap by tap, outputs are summed in the plan's order into `sums`, then put in place.
+    let plan = by_tap.then(|| TapPlan::new(g));
+    let mut sums = plan
+        .as_ref()
+        .map(|_| crate::buffers::take::<f32>(n * m * out_vol));
+    let yp = super::gemm_util::SendPtr(sums.as_deref_mut().unwrap_or(y).as_mut_ptr());
     let task = |t: usize| {
         let blk = t % blocks;
         let mt = t / blocks % m_tasks;
@@ -947,10 +1182,18 @@ pub(crate) fn conv(
             Some(bias) => Start::Bias(&bias[gi * mg..][..mg]),
             None => Start::Zero,
         };
+        let source = match &plan {
+            _ if pointwise => BSource::Planes {
+                x: xg,
+                stride: in_vol,
+            },
+            Some(plan) => BSource::TapWindows { x: xg, g, cg, plan },
+            None => BSource::Windows { x: xg, g },
+        };
         let yp = &yp;
         // SAFETY: the task writes channels `gi·mg + rows` × positions `cols` of image
-        // `b`, which no other task writes, inside `y` (checked above), then runs the
-        // tail on them; AMX is enabled (checked above).
+        // `b` (in `y`, or in `sums` of the same size), which no other task writes
+        // (checked above), then runs the tail on them; AMX is enabled (checked above).
         unsafe {
             let at = (b * m + gi * mg + rows.start) * out_vol + cols.start;
             gemm(
@@ -958,18 +1201,11 @@ pub(crate) fn conv(
                 rows.clone(),
                 cols.clone(),
                 start,
-                if pointwise {
-                    BSource::Planes {
-                        x: xg,
-                        stride: in_vol,
-                    }
-                } else {
-                    BSource::Windows { x: xg, g }
-                },
+                source,
                 yp.0.add(at),
                 out_vol,
             );
-            if let Some(tail) = tail {
+            if let (Some(tail), None) = (tail, &plan) {
                 tail.apply_runs(yp.0, at, rows.len(), cols.len(), out_vol);
             }
         }
@@ -979,9 +1215,25 @@ pub(crate) fn conv(
     } else {
         (0..tasks).into_par_iter().for_each(task);
     }
+    if let (Some(plan), Some(sums)) = (&plan, sums) {
+        for (dst, src) in y.chunks_exact_mut(out_vol).zip(sums.chunks_exact(out_vol)) {
+            for (&q, &v) in plan.order.iter().zip(src) {
+                dst[q as usize] = v;
+            }
+        }
+        if let Some(tail) = tail {
+            tail.apply_all(&mut y[..n * m * out_vol]);
+        }
+        crate::buffers::give_vec(sums);
+    }
     if let Some(p) = padded {
         crate::buffers::give_vec(p);
     }
+}
+
+/// Whether `packed` ([`pack_conv_weights`]) is in the depth order `g` runs in.
+pub(crate) fn packed_for(packed: &[PackedA], g: &Win3) -> bool {
+    packed.iter().all(|p| p.by_tap == tap_by_tap(g))
 }
 
 /// Whether a MatMul or Gemm with a constant `k × n` weight runs here: AMX is on and
@@ -1145,38 +1397,65 @@ mod tests {
         }
     }
 
-    /// A strided, padded 3x3 conv (two images, a partial last register block and
-    /// panel) against f64 sums, and its bits on 1 and 2 threads.
+    /// A strided padded 3x3 conv with two images and partial blocks against f64
+    /// sums, and its bits on 1 and 2 threads.
     #[test]
     fn strided_conv_gathers_its_windows() {
-        if !enabled() {
-            eprintln!("no AMX here: skipped");
-            return;
-        }
-        let (n, c, m, ih, iw) = (2, 40, 70, 29, 27);
         let g = Win3 {
-            input: [1, ih, iw],
+            input: [1, 29, 27],
             out: [1, 15, 14],
             kernel: [1, 3, 3],
             stride: [1, 2, 2],
             dil: [1; 3],
             pad: [0, 1, 1],
         };
-        let kdim = c * 9;
+        assert!(!tap_by_tap(&g));
+        check_conv(&g, 2, 40, 70);
+    }
+
+    /// A dilated 3x3 conv whose taps mostly read padding (DeepLab's ASPP, smaller)
+    /// runs tap by tap over bands of outputs, 40 channels padded to 64 per tap: the
+    /// same checks.
+    #[test]
+    fn padding_heavy_conv_runs_tap_by_tap() {
+        let g = Win3 {
+            input: [1, 19, 17],
+            out: [1, 19, 17],
+            kernel: [1, 3, 3],
+            stride: [1; 3],
+            dil: [1, 7, 12],
+            pad: [0, 7, 12],
+        };
+        assert!(tap_by_tap(&g));
+        check_conv(&g, 2, 40, 70);
+    }
+
+    /// [`conv`] of `n` images of `c` channels to `m` against f64 sums (within
+    /// f32 rounding of the sum of |terms|), and its bits on 1 and 2 threads.
+    fn check_conv(g: &Win3, n: usize, c: usize, m: usize) {
+        if !enabled() {
+            eprintln!("no AMX here: skipped");
+            return;
+        }
+        let [_, ih, iw] = g.input;
+        let [_, oh, ow] = g.out;
+        let [_, kh, kw] = g.kernel;
+        let taps = kh * kw;
+        let kdim = c * taps;
         let (x, w, bias) = (
             values(n * c * ih * iw, 3),
             values(m * kdim, 4),
             values(m, 5),
         );
-        let packed = pack_conv_weights(&w, m, 1, kdim);
-        let out_vol = g.out_vol();
+        let packed = pack_conv_weights(&w, m, 1, g);
+        let out_vol = oh * ow;
         let run = |threads: usize| {
             let mut y = vec![f32::NAN; n * m * out_vol];
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
                 .build()
                 .unwrap();
-            pool.install(|| conv(&packed, &x, Some(&bias), &mut y, n, c, m, 1, &g, None));
+            pool.install(|| conv(&packed, &x, Some(&bias), &mut y, n, c, m, 1, g, None));
             y
         };
         let y = run(1);
@@ -1187,18 +1466,18 @@ mod tests {
         for b in 0..n {
             for o in 0..m {
                 for p in 0..out_vol {
-                    let (r, col) = (p / 14, p % 14);
+                    let (r, col) = (p / ow, p % ow);
                     let (mut sum, mut scale) = (bias[o] as f64, bias[o].abs() as f64);
                     for ci in 0..c {
-                        for t in 0..9 {
-                            let (ir, ic) =
-                                ((2 * r + t / 3) as isize - 1, (2 * col + t % 3) as isize - 1);
+                        for t in 0..taps {
+                            let ir = (r * g.stride[1] + t / kw * g.dil[1]) as isize - g.pad[1];
+                            let ic = (col * g.stride[2] + t % kw * g.dil[2]) as isize - g.pad[2];
                             if ir < 0 || ic < 0 || ir >= ih as isize || ic >= iw as isize {
                                 continue;
                             }
                             let xv =
                                 x[(b * c + ci) * ih * iw + ir as usize * iw + ic as usize] as f64;
-                            let wv = w[o * kdim + ci * 9 + t] as f64;
+                            let wv = w[o * kdim + ci * taps + t] as f64;
                             sum += xv * wv;
                             scale += (xv * wv).abs();
                         }

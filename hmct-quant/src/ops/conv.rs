@@ -58,6 +58,9 @@ pub(crate) struct Derived {
     /// The weights' taps `(rows, columns)` of the bands of a padding-heavy conv
     /// ([`padding_bands`]), copied out once, with what their kernels derive from them.
     band_taps: BandTaps,
+    /// The weights without the taps that read only padding ([`trim_padding_taps`]),
+    /// for the taps kept (`[start, end]` per axis), with what their kernels derive.
+    trimmed: std::sync::OnceLock<([usize; 6], std::sync::Arc<(Vec<f32>, Derived)>)>,
 }
 
 type BandTaps = std::sync::Mutex<Vec<([usize; 4], std::sync::Arc<(Vec<f32>, Derived)>)>>;
@@ -396,11 +399,41 @@ pub(crate) fn conv_nd<T: Scalar>(
     if tail.is_some_and(|t| t.per_channel()) || tail_asked && tail.is_none() {
         layouts.output = false;
     }
-    let trimmed = trim_padding_taps(w, m * cg, &g3);
-    let (w, g3, derived) = match &trimmed {
-        // Trimmed weights are a new tensor per call: nothing of them is kept.
-        Some((tw, tg)) => (&tw[..], *tg, None),
+    // Trimmed f32 weights are kept (with what their kernels derive from them) for
+    // the taps they were trimmed to; others are a new tensor per call.
+    let (kept_trim, fresh_trim);
+    let (w, g3, derived) = match trim_padding_taps(&g3) {
         None => (w, g3, derived),
+        Some((taps, tg)) => {
+            let key: [usize; 6] = from_fn(|i| {
+                if i % 2 == 0 {
+                    taps[i / 2].start
+                } else {
+                    taps[i / 2].end
+                }
+            });
+            let trim = || kernel_taps(w, m * cg, g3.kernel, taps.clone());
+            match (derived, same_type::<T>(&[])) {
+                (Some(d), Some(_)) => {
+                    let held = d.trimmed.get_or_init(|| {
+                        let wf = f32_slice(&trim()).expect("T is f32").to_vec();
+                        (key, std::sync::Arc::new((wf, Derived::default())))
+                    });
+                    if held.0 == key {
+                        kept_trim = held.1.clone();
+                        let wt = same_type::<T>(&kept_trim.0).expect("T is f32");
+                        (wt, tg, Some(&kept_trim.1))
+                    } else {
+                        fresh_trim = trim();
+                        (&fresh_trim[..], tg, None)
+                    }
+                }
+                _ => {
+                    fresh_trim = trim();
+                    (&fresh_trim[..], tg, None)
+                }
+            }
+        }
     };
     let (in_vol, out_vol, k_vol) = (g3.in_vol(), g3.out_vol(), g3.k_vol());
     if n * m * out_vol == 0 {
@@ -465,6 +498,7 @@ pub(crate) fn conv_nd<T: Scalar>(
     if let (Some(xf), Some(wf)) = (f32_slice(x), f32_slice(w))
         && cg > 1
         && let Some(isa) = crate::cpu::conv_isa()
+        && !amx_prefers(&g3, m / group, cg * k_vol)
         && let Some(rects) = padding_bands(&g3)
     {
         let mut y = crate::buffers::take::<T>(n * m * out_vol);
@@ -658,9 +692,14 @@ fn conv_f32(
     } else if amx_prefers(g, mg, kdim) {
         #[cfg(target_arch = "x86_64")]
         {
-            let pack = || super::amx::pack_conv_weights(w, m, group, kdim);
+            let pack = || super::amx::pack_conv_weights(w, m, group, g);
             let mut fresh = None;
-            let packed = kept_or_fresh(derived.map(|d| &d.amx), &mut fresh, pack);
+            // Kept weights in the other depth order (the input's size changed) are
+            // packed afresh.
+            let slot = derived
+                .map(|d| &d.amx)
+                .filter(|s| s.get().is_none_or(|p| super::amx::packed_for(p, g)));
+            let packed = kept_or_fresh(slot, &mut fresh, pack);
             super::amx::conv(packed, x, bias, y, n, c, m, group, g, tail);
         }
     } else if super::packed_gemm::conv_prefers(isa, g, mg, kdim)
@@ -774,6 +813,13 @@ fn single_position<T: Scalar>(
     }
 }
 
+/// f32 values `s` as `T` values, when `T` is f32.
+fn same_type<T: 'static>(s: &[f32]) -> Option<&[T]> {
+    // SAFETY: T is f32, so the slice's memory holds exactly `len` T values.
+    (TypeId::of::<T>() == TypeId::of::<f32>())
+        .then(|| unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<T>(), s.len()) })
+}
+
 /// `s` as f32 values, when `T` is f32.
 pub(crate) fn f32_slice<T: 'static>(s: &[T]) -> Option<&[f32]> {
     // SAFETY: T is f32, so the slice's memory holds exactly `len` f32 values.
@@ -782,11 +828,11 @@ pub(crate) fn f32_slice<T: 'static>(s: &[T]) -> Option<&[f32]> {
 }
 
 /// The conv without the kernel rows, columns or slices that read only padding for
-/// every output (they add `w·0`): its weights (`filters` filters of `g.kernel`) and
-/// geometry, or `None` when every tap reads data somewhere. DeepLab's ASPP conv of
-/// dilation 36 on a 32x32 map is a 1x1 conv in a 3x3 kernel (nine times the work);
-/// the sums differ from the full kernel's at most in the sign of a zero sum.
-fn trim_padding_taps<T: Scalar>(w: &[T], filters: usize, g: &Win3) -> Option<(Vec<T>, Win3)> {
+/// every output (they add `w·0`): the taps kept (a range per axis) and the geometry,
+/// or `None` when every tap reads data somewhere. DeepLab's ASPP conv of dilation 36
+/// on a 32x32 map is a 1x1 conv in a 3x3 kernel (nine times the work); the sums
+/// differ from the full kernel's at most in the sign of a zero sum.
+fn trim_padding_taps(g: &Win3) -> Option<([Range<usize>; 3], Win3)> {
     let mut first = [0; 3];
     let mut used = g.kernel;
     for a in 0..3 {
@@ -809,15 +855,9 @@ fn trim_padding_taps<T: Scalar>(w: &[T], filters: usize, g: &Win3) -> Option<(Ve
     if used == g.kernel {
         return None;
     }
-    let trimmed = kernel_taps(
-        w,
-        filters,
-        g.kernel,
-        from_fn(|a| first[a]..first[a] + used[a]),
-    );
     let pad = from_fn(|a| g.pad[a] - (first[a] * g.dil[a]) as isize);
     Some((
-        trimmed,
+        from_fn(|a| first[a]..first[a] + used[a]),
         Win3 {
             kernel: used,
             pad,
@@ -859,7 +899,7 @@ struct Band {
 /// Runs of outputs along one axis that read data with the same taps: `(outputs,
 /// taps)`. Tap `t` of output `o` reads padded position `o·s + t·d`; data lies in
 /// `[pad, pad + input)`, so the taps that read data form one range.
-fn axis_bands(g: &Win3, a: usize) -> Vec<(Range<usize>, Range<usize>)> {
+pub(super) fn axis_bands(g: &Win3, a: usize) -> Vec<(Range<usize>, Range<usize>)> {
     let (d, s, pad, len) = (g.dil[a], g.stride[a], g.pad[a], g.input[a] as isize);
     let reads = |o: usize, t: usize| {
         let p = (o * s + t * d) as isize - pad;
@@ -905,6 +945,11 @@ fn padding_bands(g: &Win3) -> Option<Vec<Band>> {
         })
         .collect();
     Some(bands)
+}
+
+/// Whether a 2-D conv's taps mostly read padding ([`padding_bands`]).
+pub(super) fn reads_little(g: &Win3) -> bool {
+    padding_bands(g).is_some()
 }
 
 /// A 2-D f32 conv as one unpadded conv per band of [`padding_bands`], each on the
