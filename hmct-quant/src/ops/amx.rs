@@ -281,9 +281,10 @@ impl TapPlan {
 }
 
 thread_local! {
-    /// Per thread: a converted `B` block and a converted `A` block.
-    static BUFFERS: RefCell<(Lines, Lines)> =
-        const { RefCell::new((Lines(Vec::new()), Lines(Vec::new()))) };
+    /// Per thread: a converted `B` block, a converted `A` block, and sums staged on
+    /// 64-byte lines ([`gemm`]).
+    static BUFFERS: RefCell<(Lines, Lines, Vec<Aligned<16>>)> =
+        const { RefCell::new((Lines(Vec::new()), Lines(Vec::new()), Vec::new())) };
 }
 
 /// `C[i][j] = start_i + Σ_k A[i][k]·B[k][j]` for rows `rows` (the first a multiple of
@@ -358,17 +359,52 @@ pub(crate) unsafe fn gemm(
         _ => true,
     };
     let _tiles = Tiles::configure();
+    // Tile rows of sums off 64-byte lines load and store slowly (as those of parts
+    // do), and partial tiles go through scratch: where `C`'s rows are not on lines
+    // (planes of 14x14, 17x17, 33x33, ...), a block's sums are staged in a buffer of
+    // whole tiles on lines and copied out once.
+    let staged = !(c as usize).is_multiple_of(64) || !(ldc * 4).is_multiple_of(64);
     BUFFERS.with(|cell| {
-        let (bbuf, abuf) = &mut *cell.borrow_mut();
+        let (bbuf, abuf, cbuf) = &mut *cell.borrow_mut();
         bbuf.resize(NC / NB * KB / 32 * CHUNK);
         abuf.resize(KB / 32 * CHUNK);
+        if staged {
+            cbuf.resize(
+                rows.len().next_multiple_of(MB) * NC / 16,
+                Aligned([0.0; 16]),
+            );
+        }
         let (bbuf, abuf) = (bbuf.values_mut(), abuf.values_mut());
+        let cbuf = cbuf.as_mut_ptr().cast::<f32>();
         let mut bias_tiles = Aligned([0.0; 2 * 256]);
         let mut scratch = Aligned([0.0; 4 * 256]);
         let zeros = Aligned([0.0; 256]);
         for j0 in (0..n).step_by(NC) {
             let nc = NC.min(n - j0);
             let panels = nc.div_ceil(NB);
+            // Where the register blocks' sums go: rows `cld` apart from `cb`.
+            let (cb, cld) = match staged {
+                true => (cbuf, NC),
+                false => (c.wrapping_add(j0), ldc),
+            };
+            if staged && matches!(start, Start::Output) {
+                for r in 0..rows.len() {
+                    // SAFETY: row r's columns `j0 .. j0 + nc` of the caller's block;
+                    // the staging buffer holds `NC` values per row.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(c.add(r * ldc + j0), cb.add(r * NC), nc)
+                    };
+                }
+            }
+            // A register block's place, and its valid rows and columns (whole tiles
+            // when staged).
+            let block = |i0: usize, p: usize| {
+                let at = cb.wrapping_add((i0 - rows.start) * cld + p * NB);
+                match staged {
+                    true => (at, MB, NB),
+                    false => (at, MB.min(rows.end - i0), NB.min(nc - p * NB)),
+                }
+            };
             // The first depth block that reads each panel starts its sums.
             let first: Vec<Option<usize>> = (0..panels)
                 .map(|p| (0..depth_blocks.len()).find(|&bi| reads(bi, j0, p)))
@@ -457,19 +493,19 @@ pub(crate) unsafe fn gemm(
                         }
                     }
                     for p in (0..panels).filter(|&p| reads(bi, j0, p)) {
-                        let vc = NB.min(nc - p * NB);
                         let from = if first[p] == Some(bi) {
                             start
                         } else {
                             Start::Output
                         };
+                        let (ct, vr, vc) = block(i0, p);
                         // SAFETY: the block's `vr` rows × `vc` columns lie inside the
-                        // caller's block; `ablock` and the panel hold `chunks` chunks.
+                        // caller's block or the staging buffer; `ablock` and the panel
+                        // hold `chunks` chunks.
                         unsafe {
-                            let ct = c.add((i0 - rows.start) * ldc + j0 + p * NB);
                             let out = CBlock {
                                 c: ct,
-                                ldc,
+                                ldc: cld,
                                 rows: vr,
                                 cols: vc,
                             };
@@ -495,17 +531,26 @@ pub(crate) unsafe fn gemm(
                             row.fill(if r < vr { bias[i0 + r] } else { 0.0 });
                         }
                     }
+                    let (ct, vr, vc) = block(i0, p);
                     // SAFETY: as above.
                     unsafe {
                         let out = CBlock {
-                            c: c.add((i0 - rows.start) * ldc + j0 + p * NB),
-                            ldc,
+                            c: ct,
+                            ldc: cld,
                             rows: vr,
-                            cols: NB.min(nc - p * NB),
+                            cols: vc,
                         };
                         out.load(start, &bias_tiles, &zeros, &mut scratch);
                         out.store(&mut scratch);
                     }
+                }
+            }
+            if staged {
+                for r in 0..rows.len() {
+                    // SAFETY: as for the copy in.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(cb.add(r * NC), c.add(r * ldc + j0), nc)
+                    };
                 }
             }
         }
@@ -513,6 +558,7 @@ pub(crate) unsafe fn gemm(
 }
 
 #[repr(C, align(64))]
+#[derive(Clone, Copy)]
 struct Aligned<const N: usize>([f32; N]);
 
 /// A register block's outputs in the caller's matrix: `rows` × `cols` valid (at most
@@ -1049,21 +1095,27 @@ fn pad_input(x: &[f32], planes: usize, g: &Win3) -> Vec<f32> {
 /// Whether a conv runs here rather than on the FMA kernels (Winograd's 3x3 convs are
 /// asked first): AMX is on, 64 or more output channels per group, and
 /// - pointwise with 32 or more input channels and 256 or more positions;
-/// - or spatial without dilation, with 64 or more values per output (input channels x
-///   taps) and 196 or more positions, which then gather their windows straight into
-///   parts ([`BSource::Windows`]).
+/// - or spatial (2-D), with 64 or more values per output (input channels x taps) and
+///   196 or more positions, which then gather their windows straight into parts
+///   ([`BSource::Windows`], or tap by tap where the taps mostly read padding).
 ///
 /// `kernel_table` (one thread, least of 10 runs, two alternating rounds against
 /// `HMCT_AMX=0`): ResNet-50's 1x1 64->256 at 56x56 0.70-0.72 -> 0.46-0.48 ms, 512->128
 /// at 28x28 0.90-0.97 -> 0.40, its 3x3 stride-2 convs 1.57-1.73 -> 1.21-1.42 and
 /// 1.50-1.67 -> 1.26-1.35, YOLOv8n's 64->128 stride 2 0.37-0.41 -> 0.32-0.34, DeepLab's
-/// 1x1 960->256 at 33x33 5.8-6.1 -> 2.4-2.5. Left on the FMA kernels: 7x7 and 14x14
-/// pointwise planes (ResNet-50's 2048->512 at 7x7 ran 0.64 -> 0.78 on AMX in a build
-/// with the threshold lowered: the weights' parts are 1.5x their f32 bytes for 49
-/// positions, which fill 64 columns), 32 or 48 output channels (YOLOv8n's 32->32 at
-/// 160x160 the same either way in that build), and stride-1 3x3 convs (Winograd:
-/// ResNet-50's 64->64 at 56x56 1.19 -> 1.53 and YOLOv8n's 80->80 at 80x80 3.26 -> 4.95
-/// on AMX in a build that sent them here).
+/// 1x1 960->256 at 33x33 5.8-6.1 -> 2.4-2.5. Pointwise convs at 14x14 and 7x7 run
+/// faster here too since sums off 64-byte lines are staged (`kernel_table` in a build
+/// with the threshold at 49: ResNet-50's 1024->256 at 14x14 0.62-0.63 -> 0.40-0.41,
+/// 2048->512 at 7x7 0.64-0.66 -> 0.51-0.53, MobileNetV2's 96->576 at 14x14 0.14 ->
+/// 0.095), but in the mobile nets their values are channel-blocked between depthwise
+/// convs, and converting them both ways cost more (that build, `run`, median ms per
+/// run over three alternating rounds: MobileNetV2 5.8 -> 6.9, EfficientNet-B0 11.0 ->
+/// 11.7; RegNet-Y 14.7 -> 12.7, DenseNet-121 43.8 -> 41.4): they wait for a conv that
+/// reads blocked values as they are. Left on the FMA kernels: 32 or 48 output channels
+/// (YOLOv8n's 32->32 at 160x160 the same either way in a build with the threshold
+/// lowered), and stride-1 3x3 convs (Winograd: ResNet-50's 64->64 at 56x56 1.19 ->
+/// 1.53 and YOLOv8n's 80->80 at 80x80 3.26 -> 4.95 on AMX in a build that sent them
+/// here).
 pub(crate) fn conv_prefers(g: &Win3, mg: usize, kdim: usize) -> bool {
     let pointwise = g.pointwise();
     let fits = if pointwise {
@@ -1395,6 +1447,33 @@ mod tests {
                 "{m}x{k}x{n}: {worst:e}"
             );
         }
+    }
+
+    /// Sums staged on 64-byte lines (the output's rows off them) are the sums
+    /// stored in place (rows on them), bit for bit, starting from a bias and then
+    /// from the output.
+    #[test]
+    fn staged_sums_are_the_sums_in_place() {
+        if !enabled() {
+            eprintln!("no AMX here: skipped");
+            return;
+        }
+        let (m, k, n) = (70, 200, 64);
+        let (a, b, bias) = (values(m * k, 11), values(k * n, 12), values(m, 13));
+        let pa = PackedA::new(MatRef::row_major(&a, k), m, k);
+        let planes = BSource::Planes { x: &b, stride: n };
+        let run = |offset: usize| {
+            let mut buf = vec![Aligned([f32::NAN; 16]); (m * n + offset).div_ceil(16)];
+            let y = buf.as_mut_ptr().cast::<f32>().wrapping_add(offset);
+            for start in [Start::Bias(&bias), Start::Output] {
+                // SAFETY: AMX is enabled; `y` holds m × n values.
+                unsafe { gemm(ASource::Packed(&pa), 0..m, 0..n, start, planes, y, n) };
+            }
+            // SAFETY: as above.
+            let y = unsafe { std::slice::from_raw_parts(y, m * n) };
+            y.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        };
+        assert_eq!(run(0), run(1));
     }
 
     /// A strided padded 3x3 conv with two images and partial blocks against f64
