@@ -31,6 +31,7 @@
 use std::arch::asm;
 use std::cell::RefCell;
 
+use super::blocked::Layouts;
 use super::gemm_util::MatRef;
 use super::packed_gemm::Start;
 use super::window::Win3;
@@ -219,6 +220,12 @@ pub(crate) enum BSource<'a> {
         x: &'a [f32],
         g: &'a Win3,
     },
+    /// A pointwise conv's channel-blocked input ([`super::blocked`]): row `c` is
+    /// channel `c`, lane `c % 16` of block `c / 16`'s `plane` positions.
+    Blocked {
+        x: &'a [f32],
+        plane: usize,
+    },
     /// A conv's windows over its unpadded input, tap by tap, for a conv whose taps
     /// mostly read padding: row `tap · cg32 + c` (`cg32` = `cg` rounded up to 32;
     /// rows past `cg` are zero), column `j` = output position `plan.order[j]`; values
@@ -316,6 +323,10 @@ pub(crate) unsafe fn gemm(
             let [ph, pw] = padded_extent(g);
             assert!(p.k == g.k_vol() * (x.len() / (ph * pw)) && x.len() % (ph * pw) == 0);
             assert!(columns.end <= g.out_vol());
+            (p.k, true)
+        }
+        (ASource::Packed(p), BSource::Blocked { x, plane }) => {
+            assert!(p.k.next_multiple_of(16) * plane <= x.len() && columns.end <= plane);
             (p.k, true)
         }
         (ASource::Packed(p), BSource::TapWindows { x, g, cg, plan }) => {
@@ -450,6 +461,24 @@ pub(crate) unsafe fn gemm(
                             // columns lies inside the padded planes (asserted above).
                             unsafe {
                                 let gather = convert::Gather::padded(g, |l| j + l, cols);
+                                convert::b_windows(x, &gather, base, kc, chunks, dst)
+                            };
+                        }
+                        (bbuf.as_ptr(), chunks * CHUNK)
+                    }
+                    BSource::Blocked { x, plane } => {
+                        for p in 0..panels {
+                            let cols = NB.min(nc - p * NB);
+                            let j = columns.start + j0 + p * NB;
+                            let dst = &mut bbuf[p * chunks * CHUNK..][..chunks * CHUNK];
+                            let base = |kk: usize| {
+                                let ci = k0 + kk;
+                                ci / 16 * plane * 16 + ci % 16
+                            };
+                            // SAFETY: AMX implies AVX-512F; channels below `k` at
+                            // positions below `plane` lie inside `x` (asserted above).
+                            unsafe {
+                                let gather = convert::Gather::at_offsets(|l| 16 * (j + l), cols);
                                 convert::b_windows(x, &gather, base, kc, chunks, dst)
                             };
                         }
@@ -885,10 +914,19 @@ mod convert {
         ) -> Gather {
             let [_, pw] = super::padded_extent(g);
             let [_, _, ow] = g.out;
-            let lanes: [i32; 32] = std::array::from_fn(|l| {
-                let q = position(l.min(cols.max(1) - 1));
-                ((q / ow * g.stride[1]) * pw + q % ow * g.stride[2]) as i32
-            });
+            let offset = |q: usize| (q / ow * g.stride[1]) * pw + q % ow * g.stride[2];
+            // SAFETY: AVX-512F (the caller's promise).
+            unsafe { Self::at_offsets(|l| offset(position(l)), cols) }
+        }
+
+        /// `cols` (at most 32) lanes at offsets `offset(l)`, every lane below `cols`
+        /// read.
+        ///
+        /// # Safety
+        /// The CPU has AVX-512F.
+        #[target_feature(enable = "avx512f")]
+        pub(super) unsafe fn at_offsets(offset: impl Fn(usize) -> usize, cols: usize) -> Gather {
+            let lanes: [i32; 32] = std::array::from_fn(|l| offset(l.min(cols.max(1) - 1)) as i32);
             let mask = |half: usize| ((1u32 << cols.saturating_sub(16 * half).min(16)) - 1) as u16;
             // SAFETY: 32 i32 are 128 bytes.
             unsafe {
@@ -979,6 +1017,63 @@ mod convert {
         };
         // SAFETY: `dst` holds the chunks (the caller's contract).
         unsafe { store_pairs(chunks, dst.as_mut_ptr(), row) };
+    }
+
+    /// 16 rows of `ncols` sums (`rows`, row-major) stored channel-blocked: position
+    /// `j`'s 16 values at `dst + 16·j`, one 16x16 transpose per 16 positions.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; `dst` holds `16 · ncols` values, which nothing else
+    /// accesses during the call.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn store_blocked(rows: &[f32], ncols: usize, dst: *mut f32) {
+        assert!(rows.len() >= 16 * ncols);
+        for j0 in (0..ncols).step_by(16) {
+            let valid = (ncols - j0).min(16);
+            let mask = ((1u32 << valid) - 1) as u16;
+            // SAFETY: row r's columns `j0 .. j0 + valid` lie inside `rows`.
+            let r: [__m512; 16] = std::array::from_fn(|i| unsafe {
+                _mm512_maskz_loadu_ps(mask, rows.as_ptr().add(i * ncols + j0))
+            });
+            let columns = transpose16(r);
+            for (jj, v) in columns.iter().enumerate().take(valid) {
+                // SAFETY: position j0 + jj < ncols of `dst` (the caller's contract).
+                unsafe { _mm512_storeu_ps(dst.add((j0 + jj) * 16), *v) };
+            }
+        }
+    }
+
+    /// The columns of 16 rows of 16 values.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn transpose16(r: [__m512; 16]) -> [__m512; 16] {
+        // Per 128-bit lane L: t[2i] = (r2i[4L], r2i+1[4L], r2i[4L+1], r2i+1[4L+1]),
+        // t[2i+1] the same for 4L+2, 4L+3.
+        let t: [__m512; 16] = std::array::from_fn(|k| match k % 2 {
+            0 => _mm512_unpacklo_ps(r[k], r[k + 1]),
+            _ => _mm512_unpackhi_ps(r[k - 1], r[k]),
+        });
+        // u[4i + k], lane L: column 4L + k of rows 4i .. 4i + 4.
+        let u: [__m512; 16] = std::array::from_fn(|x| {
+            let (i, k) = (x / 4, x % 4);
+            let (a, b) = (t[4 * i + k / 2], t[4 * i + 2 + k / 2]);
+            match k % 2 {
+                0 => _mm512_shuffle_ps::<0x44>(a, b),
+                _ => _mm512_shuffle_ps::<0xEE>(a, b),
+            }
+        });
+        let mut v = [_mm512_setzero_ps(); 16];
+        for k in 0..4 {
+            let a = _mm512_shuffle_f32x4::<0x88>(u[k], u[4 + k]);
+            let b = _mm512_shuffle_f32x4::<0xDD>(u[k], u[4 + k]);
+            let c = _mm512_shuffle_f32x4::<0x88>(u[8 + k], u[12 + k]);
+            let d = _mm512_shuffle_f32x4::<0xDD>(u[8 + k], u[12 + k]);
+            v[k] = _mm512_shuffle_f32x4::<0x88>(a, c);
+            v[8 + k] = _mm512_shuffle_f32x4::<0xDD>(a, c);
+            v[4 + k] = _mm512_shuffle_f32x4::<0x88>(b, d);
+            v[12 + k] = _mm512_shuffle_f32x4::<0xDD>(b, d);
+        }
+        v
     }
 
     /// `kc` rows of `B` (`x`, `stride` apart) × `cols` (at most 32) columns into
@@ -1094,7 +1189,8 @@ fn pad_input(x: &[f32], planes: usize, g: &Win3) -> Vec<f32> {
 
 /// Whether a conv runs here rather than on the FMA kernels (Winograd's 3x3 convs are
 /// asked first): AMX is on, 64 or more output channels per group, and
-/// - pointwise with 32 or more input channels and 256 or more positions;
+/// - pointwise with 32 or more input channels and 256 or more positions, or 196 or
+///   more with 256 or more input and 128 or more output channels;
 /// - or spatial (2-D), with 64 or more values per output (input channels x taps) and
 ///   196 or more positions, which then gather their windows straight into parts
 ///   ([`BSource::Windows`], or tap by tap where the taps mostly read padding).
@@ -1103,15 +1199,19 @@ fn pad_input(x: &[f32], planes: usize, g: &Win3) -> Vec<f32> {
 /// `HMCT_AMX=0`): ResNet-50's 1x1 64->256 at 56x56 0.70-0.72 -> 0.46-0.48 ms, 512->128
 /// at 28x28 0.90-0.97 -> 0.40, its 3x3 stride-2 convs 1.57-1.73 -> 1.21-1.42 and
 /// 1.50-1.67 -> 1.26-1.35, YOLOv8n's 64->128 stride 2 0.37-0.41 -> 0.32-0.34, DeepLab's
-/// 1x1 960->256 at 33x33 5.8-6.1 -> 2.4-2.5. Pointwise convs at 14x14 and 7x7 run
-/// faster here too since sums off 64-byte lines are staged (`kernel_table` in a build
-/// with the threshold at 49: ResNet-50's 1024->256 at 14x14 0.62-0.63 -> 0.40-0.41,
-/// 2048->512 at 7x7 0.64-0.66 -> 0.51-0.53, MobileNetV2's 96->576 at 14x14 0.14 ->
-/// 0.095), but in the mobile nets their values are channel-blocked between depthwise
-/// convs, and converting them both ways cost more (that build, `run`, median ms per
-/// run over three alternating rounds: MobileNetV2 5.8 -> 6.9, EfficientNet-B0 11.0 ->
-/// 11.7; RegNet-Y 14.7 -> 12.7, DenseNet-121 43.8 -> 41.4): they wait for a conv that
-/// reads blocked values as they are. Left on the FMA kernels: 32 or 48 output channels
+/// 1x1 960->256 at 33x33 5.8-6.1 -> 2.4-2.5. Since sums off 64-byte lines are staged,
+/// pointwise convs at 14x14 and 7x7 on NCHW values run faster here too (a build with
+/// the threshold at 49: ResNet-50's 1024->256 at 14x14 0.62-0.63 -> 0.40-0.41, 2048->512
+/// at 7x7 0.64-0.66 -> 0.51-0.53, MobileNetV2's 96->576 at 14x14 0.14 -> 0.095), but in
+/// the mobile nets those convs read and write channel-blocked values, where the
+/// channel-lanes kernel runs faster than this one (reading and storing blocked values
+/// natively; `run --profile`, MobileNetV2's 1x1 convs at 14x14 1.28 -> 1.43 ms per
+/// run, at 7x7 1.30 -> 1.79: expansions of 64-160 channels lose most, projections of
+/// 384+ channels to 64-112 tie), and a conv's kernel must not depend on where its
+/// values are blocked. Hence 196 positions with wide weights: `run`, median ms per
+/// run over three alternating rounds, against the threshold at 256: ResNet-50 58.6-61.8
+/// -> 55.0-56.1, RegNet-Y 15.7-16.1 -> 13.5-14.3, DenseNet-121 45.3-46.4 -> 43.0-44.4,
+/// the mobile nets the same. Left on the FMA kernels: 32 or 48 output channels
 /// (YOLOv8n's 32->32 at 160x160 the same either way in a build with the threshold
 /// lowered), and stride-1 3x3 convs (Winograd: ResNet-50's 64->64 at 56x56 1.19 ->
 /// 1.53 and YOLOv8n's 80->80 at 80x80 3.26 -> 4.95 on AMX in a build that sent them
@@ -1119,7 +1219,7 @@ fn pad_input(x: &[f32], planes: usize, g: &Win3) -> Vec<f32> {
 pub(crate) fn conv_prefers(g: &Win3, mg: usize, kdim: usize) -> bool {
     let pointwise = g.pointwise();
     let fits = if pointwise {
-        kdim >= 32 && g.out_vol() >= 256
+        kdim >= 32 && (g.out_vol() >= 256 || g.out_vol() >= 196 && kdim >= 256 && mg >= 128)
     } else {
         g.input[0] == 1 && kdim >= 64 && g.out_vol() >= 196
     };
@@ -1184,9 +1284,11 @@ pub(crate) fn conv(
     group: usize,
     g: &Win3,
     tail: Option<&crate::fusion::Tail>,
+    layouts: Layouts,
 ) {
     use rayon::prelude::*;
     assert!(enabled());
+    assert!(!(layouts.input || layouts.output) || runs_blocked(g, m, c, group, layouts));
     let (cg, mg) = (c / group, m / group);
     let (in_vol, out_vol) = (g.in_vol(), g.out_vol());
     let by_tap = tap_by_tap(g);
@@ -1235,6 +1337,10 @@ pub(crate) fn conv(
             None => Start::Zero,
         };
         let source = match &plan {
+            _ if layouts.input => BSource::Blocked {
+                x: &x[b * c * in_vol..][..c * in_vol],
+                plane: in_vol,
+            },
             _ if pointwise => BSource::Planes {
                 x: xg,
                 stride: in_vol,
@@ -1247,6 +1353,34 @@ pub(crate) fn conv(
         // `b` (in `y`, or in `sums` of the same size), which no other task writes
         // (checked above), then runs the tail on them; AMX is enabled (checked above).
         unsafe {
+            if layouts.output {
+                // Summed as rows, then each block of 16 channels stored position by
+                // position (the tail runs over runs of 16 channels).
+                let ncols = cols.len();
+                let mut rows_out = crate::buffers::take::<f32>(rows.len() * ncols);
+                let at = ((b * m + rows.start) * out_vol + cols.start * 16) as isize;
+                gemm(
+                    ASource::Packed(&w[gi]),
+                    rows.clone(),
+                    cols.clone(),
+                    start,
+                    source,
+                    rows_out.as_mut_ptr(),
+                    ncols,
+                );
+                for (i, block) in rows_out.chunks_exact(16 * ncols).enumerate() {
+                    convert::store_blocked(
+                        block,
+                        ncols,
+                        yp.0.offset(at + (i * 16 * out_vol) as isize),
+                    );
+                }
+                crate::buffers::give_vec(rows_out);
+                if let Some(tail) = tail {
+                    tail.apply_runs(yp.0, at as usize, rows.len() / 16, ncols * 16, out_vol * 16);
+                }
+                return;
+            }
             let at = (b * m + gi * mg + rows.start) * out_vol + cols.start;
             gemm(
                 ASource::Packed(&w[gi]),
@@ -1281,6 +1415,16 @@ pub(crate) fn conv(
     if let Some(p) = padded {
         crate::buffers::give_vec(p);
     }
+}
+
+/// Whether [`conv`] runs this conv on channel-blocked values (see
+/// [`super::blocked`]): pointwise, one group, a multiple of 16 channels on each blocked
+/// side.
+pub(crate) fn runs_blocked(g: &Win3, m: usize, c: usize, group: usize, layouts: Layouts) -> bool {
+    g.pointwise()
+        && group == 1
+        && (!layouts.input || c.is_multiple_of(16))
+        && (!layouts.output || m.is_multiple_of(16))
 }
 
 /// Whether `packed` ([`pack_conv_weights`]) is in the depth order `g` runs in.
@@ -1449,6 +1593,58 @@ mod tests {
         }
     }
 
+    /// A pointwise conv on channel-blocked input, output or both gives the bits of
+    /// the conv on NCHW data (two images, 48 -> 80 channels, 15x13 positions: partial
+    /// tiles and panels, and a block of 16 positions cut short).
+    #[test]
+    fn blocked_layouts_give_the_same_bits() {
+        use super::super::blocked::{block_slice, unblock_slice};
+        if !enabled() {
+            eprintln!("no AMX here: skipped");
+            return;
+        }
+        let (n, c, m, plane) = (2, 48, 80, 15 * 13);
+        let g = Win3 {
+            input: [1, 15, 13],
+            out: [1, 15, 13],
+            kernel: [1; 3],
+            stride: [1; 3],
+            dil: [1; 3],
+            pad: [0; 3],
+        };
+        let (x, w, bias) = (values(n * c * plane, 21), values(m * c, 22), values(m, 23));
+        let packed = pack_conv_weights(&w, m, 1, &g);
+        let run = |layouts: Layouts| {
+            let input = match layouts.input {
+                true => block_slice(&x, n, c, plane),
+                false => x.clone(),
+            };
+            let mut y = vec![f32::NAN; n * m * plane];
+            conv(
+                &packed,
+                &input,
+                Some(&bias),
+                &mut y,
+                n,
+                c,
+                m,
+                1,
+                &g,
+                None,
+                layouts,
+            );
+            let y = match layouts.output {
+                true => unblock_slice(&y, n, m, plane),
+                false => y,
+            };
+            y.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        };
+        let nchw = run(Layouts::default());
+        for (input, output) in [(true, false), (false, true), (true, true)] {
+            assert_eq!(run(Layouts { input, output }), nchw, "{input} {output}");
+        }
+    }
+
     /// Sums staged on 64-byte lines (the output's rows off them) are the sums
     /// stored in place (rows on them), bit for bit, starting from a bias and then
     /// from the output.
@@ -1534,7 +1730,21 @@ mod tests {
                 .num_threads(threads)
                 .build()
                 .unwrap();
-            pool.install(|| conv(&packed, &x, Some(&bias), &mut y, n, c, m, 1, g, None));
+            pool.install(|| {
+                conv(
+                    &packed,
+                    &x,
+                    Some(&bias),
+                    &mut y,
+                    n,
+                    c,
+                    m,
+                    1,
+                    g,
+                    None,
+                    Layouts::default(),
+                )
+            });
             y
         };
         let y = run(1);

@@ -459,15 +459,16 @@ pub(crate) fn conv_nd<T: Scalar>(
         layouts.output = false;
     }
     let mut unblocked = None;
+    // A conv that runs on AMX in NCHW runs there from blocked values too (its bits
+    // differ from the channel-lanes kernel's): natively where the AMX conv reads and
+    // stores blocked values, else converted.
+    let on_amx = !one_per_group && !single && amx_prefers(&g3, mg, cg * k_vol);
     if layouts.input || layouts.output {
-        let native = match one_per_group {
-            true => super::conv_dw::runs_blocked(&g3, c),
-            // A conv that runs on AMX in NCHW runs there from blocked values too (its
-            // bits differ from the channel-lanes kernel's), converted both ways.
-            false => {
-                !single
-                    && !amx_prefers(&g3, mg, cg * k_vol)
-                    && super::channel_lanes::runs_blocked(&g3, m, c, group, layouts)
+        let native = match (one_per_group, on_amx) {
+            (true, _) => super::conv_dw::runs_blocked(&g3, c),
+            (false, true) => amx_runs_blocked(&g3, m, c, group, layouts),
+            (false, false) => {
+                !single && super::channel_lanes::runs_blocked(&g3, m, c, group, layouts)
             }
         };
         if native && let (Some(xf), Some(wf)) = (f32_slice(x), f32_slice(w)) {
@@ -479,6 +480,18 @@ pub(crate) fn conv_nd<T: Scalar>(
                 let pack = || super::conv_dw::pack_weights(wf, c, k_vol);
                 let packed = kept_or_fresh(derived.map(|d| &d.depthwise), &mut fresh, pack);
                 super::conv_dw::conv(xf, packed, bf, yf, n, c, &g3, tail, layouts);
+            } else if on_amx {
+                amx_conv(
+                    xf,
+                    wf,
+                    bf,
+                    yf,
+                    [n, c, m, group],
+                    &g3,
+                    derived,
+                    tail,
+                    layouts,
+                );
             } else {
                 let pack = || super::channel_lanes::pack_weights(wf, m, group, cg);
                 let packed = kept_or_fresh(derived.map(|d| &d.transposed), &mut fresh, pack);
@@ -690,18 +703,7 @@ fn conv_f32(
         let packed = kept_or_fresh(derived.map(|d| &d.winograd), &mut fresh, pack);
         super::conv_winograd::conv(packed, x, bias, y, n, c, m, g, tail);
     } else if amx_prefers(g, mg, kdim) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let pack = || super::amx::pack_conv_weights(w, m, group, g);
-            let mut fresh = None;
-            // Kept weights in the other depth order (the input's size changed) are
-            // packed afresh.
-            let slot = derived
-                .map(|d| &d.amx)
-                .filter(|s| s.get().is_none_or(|p| super::amx::packed_for(p, g)));
-            let packed = kept_or_fresh(slot, &mut fresh, pack);
-            super::amx::conv(packed, x, bias, y, n, c, m, group, g, tail);
-        }
+        amx_conv(x, w, bias, y, dims, g, derived, tail, Layouts::default());
     } else if super::packed_gemm::conv_prefers(isa, g, mg, kdim)
         && !super::channel_lanes::fits(g, mg, cg)
     {
@@ -721,6 +723,40 @@ fn conv_f32(
     }
 }
 
+/// [`super::amx::conv`] with the weights packed for it (kept in `derived` when there
+/// is one); `dims` is `[n, c, m, group]`. Only where [`amx_prefers`] the conv.
+#[allow(clippy::too_many_arguments)]
+fn amx_conv(
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    dims: [usize; 4],
+    g: &Win3,
+    derived: Option<&Derived>,
+    tail: Option<&Tail>,
+    layouts: Layouts,
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let [n, c, m, group] = dims;
+        let pack = || super::amx::pack_conv_weights(w, m, group, g);
+        let mut fresh = None;
+        // Kept weights in the other depth order (the input's size changed) are packed
+        // afresh.
+        let slot = derived
+            .map(|d| &d.amx)
+            .filter(|s| s.get().is_none_or(|p| super::amx::packed_for(p, g)));
+        let packed = kept_or_fresh(slot, &mut fresh, pack);
+        super::amx::conv(packed, x, bias, y, n, c, m, group, g, tail, layouts);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (x, w, bias, y, dims, g, derived, tail, layouts);
+        unreachable!("AMX is x86-64 only");
+    }
+}
+
 /// Whether [`super::amx`] runs this conv (never off x86-64).
 fn amx_prefers(g: &Win3, mg: usize, kdim: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -728,6 +764,17 @@ fn amx_prefers(g: &Win3, mg: usize, kdim: usize) -> bool {
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = (g, mg, kdim);
+        false
+    }
+}
+
+/// Whether [`super::amx::conv`] reads and stores these layouts (never off x86-64).
+fn amx_runs_blocked(g: &Win3, m: usize, c: usize, group: usize, layouts: Layouts) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return super::amx::runs_blocked(g, m, c, group, layouts);
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (g, m, c, group, layouts);
         false
     }
 }
