@@ -928,16 +928,19 @@ mod convert {
         pub(super) unsafe fn at_offsets(offset: impl Fn(usize) -> usize, cols: usize) -> Gather {
             let lanes: [i32; 32] = std::array::from_fn(|l| offset(l.min(cols.max(1) - 1)) as i32);
             let mask = |half: usize| ((1u32 << cols.saturating_sub(16 * half).min(16)) - 1) as u16;
+            Self::new(&lanes, [mask(0), mask(1)])
+        }
+
+        #[target_feature(enable = "avx512f")]
+        fn new(lanes: &[i32; 32], masks: [u16; 2]) -> Gather {
             // SAFETY: 32 i32 are 128 bytes.
-            unsafe {
-                Gather {
-                    idx: [
-                        _mm512_loadu_si512(lanes.as_ptr().cast()),
-                        _mm512_loadu_si512(lanes[16..].as_ptr().cast()),
-                    ],
-                    masks: [mask(0), mask(1)],
-                }
-            }
+            let idx = unsafe {
+                [
+                    _mm512_loadu_si512(lanes.as_ptr().cast()),
+                    _mm512_loadu_si512(lanes[16..].as_ptr().cast()),
+                ]
+            };
+            Gather { idx, masks }
         }
 
         /// `cols` (at most 32) positions of `g`, `position(l)` for lane `l`, reading
@@ -970,16 +973,7 @@ mod convert {
                 masks[l / 16] |= 1 << (l % 16);
                 (r as usize * iw + c as usize) as i32
             });
-            // SAFETY: 32 i32 are 128 bytes.
-            unsafe {
-                Gather {
-                    idx: [
-                        _mm512_loadu_si512(lanes.as_ptr().cast()),
-                        _mm512_loadu_si512(lanes[16..].as_ptr().cast()),
-                    ],
-                    masks,
-                }
-            }
+            Self::new(&lanes, masks)
         }
     }
 

@@ -413,8 +413,8 @@ pub(crate) fn conv_nd<T: Scalar>(
                 }
             });
             let trim = || kernel_taps(w, m * cg, g3.kernel, taps.clone());
-            match (derived, same_type::<T>(&[])) {
-                (Some(d), Some(_)) => {
+            match derived.filter(|_| TypeId::of::<T>() == TypeId::of::<f32>()) {
+                Some(d) => {
                     let held = d.trimmed.get_or_init(|| {
                         let wf = f32_slice(&trim()).expect("T is f32").to_vec();
                         (key, std::sync::Arc::new((wf, Derived::default())))
@@ -428,7 +428,7 @@ pub(crate) fn conv_nd<T: Scalar>(
                         (&fresh_trim[..], tg, None)
                     }
                 }
-                _ => {
+                None => {
                     fresh_trim = trim();
                     (&fresh_trim[..], tg, None)
                 }
