@@ -388,6 +388,16 @@ pub(crate) unsafe fn gemm(
         let (bbuf, abuf) = (bbuf.values_mut(), abuf.values_mut());
         let cbuf = cbuf.as_mut_ptr().cast::<f32>();
         let mut bias_tiles = Aligned([0.0; 2 * 256]);
+        // Rows of `bias_tiles`: the bias of the 32 rows from `i0` (zero past `rows`);
+        // nothing without one.
+        let fill_bias = |tiles: &mut Aligned<512>, i0: usize| {
+            if let Start::Bias(bias) = start {
+                let vr = MB.min(rows.end - i0);
+                for (r, row) in tiles.0.chunks_exact_mut(16).enumerate() {
+                    row.fill(if r < vr { bias[i0 + r] } else { 0.0 });
+                }
+            }
+        };
         let mut scratch = Aligned([0.0; 4 * 256]);
         let zeros = Aligned([0.0; 256]);
         for j0 in (0..n).step_by(NC) {
@@ -422,6 +432,8 @@ pub(crate) unsafe fn gemm(
                 .collect();
             for (bi, &(k0, kc, tap)) in depth_blocks.iter().enumerate() {
                 let chunks = kc.div_ceil(32);
+                // Whether a panel's sums start from the bias in this block.
+                let starts_here = first.contains(&Some(bi));
                 // The block of `B`: its first panel and the distance between panels.
                 let (bblock, panel_stride) = match b {
                     BSource::Packed(pb) => {
@@ -506,7 +518,6 @@ pub(crate) unsafe fn gemm(
                     }
                 };
                 for i0 in rows.clone().step_by(MB) {
-                    let vr = MB.min(rows.end - i0);
                     let ablock = match a {
                         ASource::Packed(pa) => pa.block(i0, k0 / 32),
                         ASource::Matrix { a, m, .. } => {
@@ -516,10 +527,8 @@ pub(crate) unsafe fn gemm(
                             abuf.as_ptr()
                         }
                     };
-                    if let Start::Bias(bias) = start {
-                        for (r, row) in bias_tiles.0.chunks_exact_mut(16).enumerate() {
-                            row.fill(if r < vr { bias[i0 + r] } else { 0.0 });
-                        }
+                    if starts_here {
+                        fill_bias(&mut bias_tiles, i0);
                     }
                     for p in (0..panels).filter(|&p| reads(bi, j0, p)) {
                         let from = if first[p] == Some(bi) {
@@ -554,12 +563,7 @@ pub(crate) unsafe fn gemm(
             // their start.
             for p in (0..panels).filter(|&p| first[p].is_none()) {
                 for i0 in rows.clone().step_by(MB) {
-                    let vr = MB.min(rows.end - i0);
-                    if let Start::Bias(bias) = start {
-                        for (r, row) in bias_tiles.0.chunks_exact_mut(16).enumerate() {
-                            row.fill(if r < vr { bias[i0 + r] } else { 0.0 });
-                        }
-                    }
+                    fill_bias(&mut bias_tiles, i0);
                     let (ct, vr, vc) = block(i0, p);
                     // SAFETY: as above.
                     unsafe {
@@ -769,30 +773,35 @@ macro_rules! six_products {
     };
 }
 
+/// The six products of one chunk, weight part x activation part 1x1, 0x1, 0x2, 0x0,
+/// 1x0, 2x0, with `$w` loading the weight's parts and `$x` the activations' (parts are
+/// 2048 bytes apart in a chunk). Each product after the first keeps one operand's part
+/// in its tiles and loads the other's: 14 tile loads a chunk instead of 24.
+macro_rules! weight_by_activation {
+    ($a:expr, $b:expr, $chunks:expr, $w:ident, $x:ident) => {
+        six_products!(
+            $a,
+            $b,
+            $chunks,
+            concat!($w!("2048"), $x!("2048"), product!()),
+            concat!($w!("0"), product!()),
+            concat!($x!("4096"), product!()),
+            concat!($x!("0"), product!()),
+            concat!($w!("2048"), product!()),
+            concat!($w!("4096"), product!())
+        )
+    };
+}
+
 /// Adds `chunks` chunks of the weight's parts (at `a`) times the activations' (at `b`)
-/// to tiles 0-3: weight part x activation part 1x1, 0x1, 0x2, 0x0, 1x0, 2x0, in that
-/// order (parts are 2048 bytes apart in a chunk, chunks 6144). Each product after the
-/// first keeps one operand's part in its tiles and loads the other's: 14 tile loads a
-/// chunk instead of 24, which matters where `B` streams from L2.
+/// to tiles 0-3, in [`weight_by_activation`]'s order (chunks 6144 bytes apart).
 ///
 /// # Safety
 /// Tiles are configured and hold the sums; `a` and `b` hold `chunks` chunks.
 unsafe fn kernel_weight_a(a: *const u16, b: *const u16, chunks: usize) {
     if chunks > 0 {
         // SAFETY: reads `chunks` chunks at `a` and at `b`.
-        unsafe {
-            six_products!(
-                a,
-                b,
-                chunks,
-                concat!(load_a!("2048"), load_b!("2048"), product!()),
-                concat!(load_a!("0"), product!()),
-                concat!(load_b!("4096"), product!()),
-                concat!(load_b!("0"), product!()),
-                concat!(load_a!("2048"), product!()),
-                concat!(load_a!("4096"), product!())
-            )
-        };
+        unsafe { weight_by_activation!(a, b, chunks, load_a, load_b) };
     }
 }
 
@@ -804,19 +813,7 @@ unsafe fn kernel_weight_a(a: *const u16, b: *const u16, chunks: usize) {
 unsafe fn kernel_weight_b(a: *const u16, b: *const u16, chunks: usize) {
     if chunks > 0 {
         // SAFETY: reads `chunks` chunks at `a` and at `b`.
-        unsafe {
-            six_products!(
-                a,
-                b,
-                chunks,
-                concat!(load_b!("2048"), load_a!("2048"), product!()),
-                concat!(load_b!("0"), product!()),
-                concat!(load_a!("4096"), product!()),
-                concat!(load_a!("0"), product!()),
-                concat!(load_b!("2048"), product!()),
-                concat!(load_b!("4096"), product!())
-            )
-        };
+        unsafe { weight_by_activation!(a, b, chunks, load_b, load_a) };
     }
 }
 
