@@ -85,7 +85,7 @@ fn add_tail(lanes: &mut Lanes, x: &[f32], y: &[f32]) {
 #[target_feature(enable = "avx512f")]
 unsafe fn add_blocks_avx512(lanes: &mut Lanes, x: &[f32], y: &[f32]) {
     use std::arch::x86_64::*;
-    debug_assert!(x.len() == y.len() && x.len() % LANES == 0);
+    debug_assert!(x.len() == y.len() && x.len().is_multiple_of(LANES));
     let load = |v: &[f64; LANES]| unsafe { _mm512_loadu_pd(v.as_ptr()) };
     let (mut dot, mut xx, mut yy) = (load(&lanes.dot), load(&lanes.xx), load(&lanes.yy));
     let (mut dd, mut ad, mut max) = (load(&lanes.dd), load(&lanes.ad), load(&lanes.max));
