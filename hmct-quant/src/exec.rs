@@ -433,7 +433,10 @@ impl Session {
             // waking the caller afterwards costs more than many small models' runs
             // (see the `par` module).
             crate::par::sequential(run)
+        } else if rayon::current_thread_index().is_none() {
+            self.pool.install(|| crate::par::with_workers_awake(run))
         } else {
+            // Inside a pool already (a probe among others): its threads are busy.
             self.pool.install(run)
         }
     }

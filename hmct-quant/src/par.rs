@@ -10,6 +10,7 @@
 //! order, so this never changes a result.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 thread_local! {
     static SEQUENTIAL: Cell<bool> = const { Cell::new(false) };
@@ -43,4 +44,45 @@ pub(crate) fn sequential<R>(f: impl FnOnce() -> R) -> R {
     }
     let _restore = Restore(SEQUENTIAL.with(|s| s.replace(true)));
     f()
+}
+
+/// Runs `f` on the current thread of a rayon pool while the pool's other threads
+/// look for work without ever going to sleep, until `f` returns.
+///
+/// Between two parallel kernels a run does serial work (small element-wise nodes,
+/// the executor's own), long enough for rayon's idle threads to go to sleep; waking a
+/// sleeping thread for the next kernel then takes longer than a small conv's whole
+/// work on a VM, where the idle virtual CPU halts (MobileNetV3's 1x1 convs at 14x14
+/// took longer on two threads than on one). onnxruntime's pool spins the same way.
+pub(crate) fn with_workers_awake<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    let Some(me) = rayon::current_thread_index() else {
+        return f();
+    };
+    let done = AtomicBool::new(false);
+    rayon::scope(|scope| {
+        for _ in 1..rayon::current_num_threads() {
+            scope.spawn(|_| {
+                // This thread may pick the job up itself while it waits inside `f`:
+                // it must not spin there, or `f` would never return.
+                if rayon::current_thread_index() == Some(me) {
+                    return;
+                }
+                while !done.load(Ordering::Acquire) {
+                    if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                        std::hint::spin_loop();
+                    }
+                }
+            });
+        }
+        // Set however `f` ends: the scope waits for the spinning threads, also when
+        // `f` panics.
+        struct Done<'a>(&'a AtomicBool);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Release);
+            }
+        }
+        let _done = Done(&done);
+        f()
+    })
 }
