@@ -59,15 +59,18 @@ fn add_blocks(lanes: &mut Lanes, x: &[f32], y: &[f32]) {
         add_tail(lanes, &x[whole..], &y[whole..]);
         return;
     }
+    // On a copy, which stays in registers.
+    let mut copy = *lanes;
     for (xb, yb) in x[..whole]
         .chunks_exact(LANES)
         .zip(y[..whole].chunks_exact(LANES))
     {
         for lane in 0..LANES {
-            lanes.add(lane, xb[lane], yb[lane]);
+            copy.add(lane, xb[lane], yb[lane]);
         }
     }
-    add_tail(lanes, &x[whole..], &y[whole..]);
+    add_tail(&mut copy, &x[whole..], &y[whole..]);
+    *lanes = copy;
 }
 
 /// The last `x.len() < LANES` pairs, from lane 0.
