@@ -47,9 +47,10 @@ impl Lanes {
 
 /// Adds `x` and `y`, starting at lane 0, to `lanes`: with AVX-512 one vector lane per
 /// lane, each sum rounded as in [`Lanes::add`] (products and sums apart, never
-/// fused), so the bits do not depend on the CPU. A 5.5M-element segmentation output
-/// (DeepLabV3's 21x512x512) took 1.2-2.0 ns per element in scalar code, which every
-/// probe of a sensitivity sweep pays per sample.
+/// fused), so the bits do not depend on the CPU. Every probe of a sensitivity sweep
+/// pays this per compared value and sample: `cargo bench -p hmct-benches --bench
+/// metrics`, DeepLabV3's 21x512x512 output 5.3 ms in the compiler's two-lane code, 1.9
+/// here.
 fn add_blocks(lanes: &mut Lanes, x: &[f32], y: &[f32]) {
     let whole = x.len() / LANES * LANES;
     #[cfg(target_arch = "x86_64")]

@@ -848,6 +848,7 @@ impl Drop for Tiles {
 
 /// Activations into bf16 parts, with AVX-512.
 mod convert {
+    use super::super::conv_dw::transpose16;
     use super::super::gemm_util::MatRef;
     use super::super::window::Win3;
     use super::{CHUNK, KB, PART, TILE};
@@ -1023,48 +1024,16 @@ mod convert {
             let valid = (ncols - j0).min(16);
             let mask = ((1u32 << valid) - 1) as u16;
             // SAFETY: row r's columns `j0 .. j0 + valid` lie inside `rows`.
-            let r: [__m512; 16] = std::array::from_fn(|i| unsafe {
+            let mut columns: [__m512; 16] = std::array::from_fn(|i| unsafe {
                 _mm512_maskz_loadu_ps(mask, rows.as_ptr().add(i * ncols + j0))
             });
-            let columns = transpose16(r);
+            // SAFETY: AVX-512F (the caller's promise).
+            unsafe { transpose16(&mut columns) };
             for (jj, v) in columns.iter().enumerate().take(valid) {
                 // SAFETY: position j0 + jj < ncols of `dst` (the caller's contract).
                 unsafe { _mm512_storeu_ps(dst.add((j0 + jj) * 16), *v) };
             }
         }
-    }
-
-    /// The columns of 16 rows of 16 values.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn transpose16(r: [__m512; 16]) -> [__m512; 16] {
-        // Per 128-bit lane L: t[2i] = (r2i[4L], r2i+1[4L], r2i[4L+1], r2i+1[4L+1]),
-        // t[2i+1] the same for 4L+2, 4L+3.
-        let t: [__m512; 16] = std::array::from_fn(|k| match k % 2 {
-            0 => _mm512_unpacklo_ps(r[k], r[k + 1]),
-            _ => _mm512_unpackhi_ps(r[k - 1], r[k]),
-        });
-        // u[4i + k], lane L: column 4L + k of rows 4i .. 4i + 4.
-        let u: [__m512; 16] = std::array::from_fn(|x| {
-            let (i, k) = (x / 4, x % 4);
-            let (a, b) = (t[4 * i + k / 2], t[4 * i + 2 + k / 2]);
-            match k % 2 {
-                0 => _mm512_shuffle_ps::<0x44>(a, b),
-                _ => _mm512_shuffle_ps::<0xEE>(a, b),
-            }
-        });
-        let mut v = [_mm512_setzero_ps(); 16];
-        for k in 0..4 {
-            let a = _mm512_shuffle_f32x4::<0x88>(u[k], u[4 + k]);
-            let b = _mm512_shuffle_f32x4::<0xDD>(u[k], u[4 + k]);
-            let c = _mm512_shuffle_f32x4::<0x88>(u[8 + k], u[12 + k]);
-            let d = _mm512_shuffle_f32x4::<0xDD>(u[8 + k], u[12 + k]);
-            v[k] = _mm512_shuffle_f32x4::<0x88>(a, c);
-            v[8 + k] = _mm512_shuffle_f32x4::<0xDD>(a, c);
-            v[4 + k] = _mm512_shuffle_f32x4::<0x88>(b, d);
-            v[12 + k] = _mm512_shuffle_f32x4::<0xDD>(b, d);
-        }
-        v
     }
 
     /// `kc` rows of `B` (`x`, `stride` apart) × `cols` (at most 32) columns into
@@ -1344,45 +1313,39 @@ pub(crate) fn conv(
         // `b` (in `y`, or in `sums` of the same size), which no other task writes
         // (checked above), then runs the tail on them; AMX is enabled (checked above).
         unsafe {
-            if layouts.output {
-                // Summed as rows, then each block of 16 channels stored position by
-                // position (the tail runs over runs of 16 channels).
-                let ncols = cols.len();
-                let mut rows_out = crate::buffers::take::<f32>(rows.len() * ncols);
-                let at = ((b * m + rows.start) * out_vol + cols.start * 16) as isize;
-                gemm(
-                    ASource::Packed(&w[gi]),
-                    rows.clone(),
-                    cols.clone(),
-                    start,
-                    source,
-                    rows_out.as_mut_ptr(),
-                    ncols,
-                );
-                for (i, block) in rows_out.chunks_exact(16 * ncols).enumerate() {
-                    convert::store_blocked(
-                        block,
-                        ncols,
-                        yp.0.offset(at + (i * 16 * out_vol) as isize),
-                    );
-                }
-                crate::buffers::give_vec(rows_out);
-                if let Some(tail) = tail {
-                    tail.apply_runs(yp.0, at as usize, rows.len() / 16, ncols * 16, out_vol * 16);
-                }
-                return;
-            }
+            // A blocked output is summed as rows first, then each block of 16
+            // channels stored position by position (the tail runs over runs of 16
+            // channels).
+            let ncols = cols.len();
+            let mut rows_out = match layouts.output {
+                true => crate::buffers::take::<f32>(rows.len() * ncols),
+                false => Vec::new(),
+            };
             let at = (b * m + gi * mg + rows.start) * out_vol + cols.start;
+            let (dst, ldc) = match layouts.output {
+                true => (rows_out.as_mut_ptr(), ncols),
+                false => (yp.0.add(at), out_vol),
+            };
             gemm(
                 ASource::Packed(&w[gi]),
                 rows.clone(),
                 cols.clone(),
                 start,
                 source,
-                yp.0.add(at),
-                out_vol,
+                dst,
+                ldc,
             );
-            if let (Some(tail), None) = (tail, &plan) {
+            if layouts.output {
+                // One group (`runs_blocked`): the block of channel `rows.start`.
+                let at = (b * m + rows.start) * out_vol + cols.start * 16;
+                for (i, block) in rows_out.chunks_exact(16 * ncols).enumerate() {
+                    convert::store_blocked(block, ncols, yp.0.add(at + i * 16 * out_vol));
+                }
+                crate::buffers::give_vec(rows_out);
+                if let Some(tail) = tail {
+                    tail.apply_runs(yp.0, at, rows.len() / 16, ncols * 16, out_vol * 16);
+                }
+            } else if let (Some(tail), None) = (tail, &plan) {
                 tail.apply_runs(yp.0, at, rows.len(), cols.len(), out_vol);
             }
         }

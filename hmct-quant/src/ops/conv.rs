@@ -511,7 +511,7 @@ pub(crate) fn conv_nd<T: Scalar>(
     if let (Some(xf), Some(wf)) = (f32_slice(x), f32_slice(w))
         && cg > 1
         && let Some(isa) = crate::cpu::conv_isa()
-        && !amx_prefers(&g3, m / group, cg * k_vol)
+        && !on_amx
         && let Some(rects) = padding_bands(&g3)
     {
         let mut y = crate::buffers::take::<T>(n * m * out_vol);
