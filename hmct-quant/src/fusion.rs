@@ -46,33 +46,82 @@ const PAR_MIN: usize = 1 << 15;
 /// (e.g. `[N, C]`) the nodes run one by one.
 const MIN_PLANE: usize = 16;
 
-/// A constant operand: one value, or one per channel of the chain's input (axis 1).
+/// A constant operand: one value, one per channel of the chain's input (axis 1), or
+/// one per position along its last axis (a transformer's bias or layer scale).
 #[derive(Debug)]
 struct Constant {
     values: Vec<f32>,
     /// Its shape, which must broadcast to the input's without growing it.
     shape: Vec<usize>,
+    /// Along the last axis: `values` repeated to `values.len() + BLOCK` values, so
+    /// that a block's operand is one slice wherever in a row the block starts.
+    /// Empty otherwise.
+    tiled: Vec<f32>,
 }
 
 impl Constant {
-    fn per_channel(&self) -> bool {
-        self.values.len() > 1
-    }
-
-    fn value(&self, channel: usize) -> f32 {
-        if self.per_channel() {
-            self.values[channel]
+    /// A constant of `shape` (at most one axis longer than 1: `compile` keeps no
+    /// other).
+    fn new(values: Vec<f32>, shape: Vec<usize>) -> Constant {
+        let along_last = values.len() > 1 && shape.last() != Some(&1);
+        let tiled = if along_last {
+            values
+                .iter()
+                .copied()
+                .cycle()
+                .take(values.len() + BLOCK)
+                .collect()
         } else {
-            self.values[0]
+            Vec::new()
+        };
+        Constant {
+            values,
+            shape,
+            tiled,
         }
     }
 
-    /// Whether it broadcasts to `shape` without changing it, varying along axis 1
-    /// only (its values are then one, or one per channel: `compile` keeps only
-    /// constants with at most one axis longer than 1).
-    fn fits(&self, shape: &[usize]) -> bool {
-        along_axis1_only(&self.shape, shape)
+    /// The one value of a scalar constant.
+    fn scalar(&self) -> Option<f32> {
+        (self.values.len() == 1).then(|| self.values[0])
     }
+
+    fn along_last(&self) -> bool {
+        !self.tiled.is_empty()
+    }
+
+    fn per_channel(&self) -> bool {
+        self.values.len() > 1 && !self.along_last()
+    }
+
+    /// The operand of a block of `len` values at `at`.
+    fn operand(&self, at: At, len: usize) -> Operand<'_> {
+        if self.along_last() {
+            Operand::Block(&self.tiled[at.column..][..len])
+        } else if self.per_channel() {
+            Operand::Value(self.values[at.channel])
+        } else {
+            Operand::Value(self.values[0])
+        }
+    }
+
+    /// Whether it broadcasts to `shape` without changing it: varying along axis 1
+    /// only, or along the last axis only, with that axis's length.
+    fn fits(&self, shape: &[usize]) -> bool {
+        if self.along_last() {
+            self.shape.len() <= shape.len() && self.shape.last() == shape.last()
+        } else {
+            along_axis1_only(&self.shape, shape)
+        }
+    }
+}
+
+/// Where a block of a chain's values lies: its channel (for per-channel operands)
+/// and its position along the last axis (for operands along it).
+#[derive(Clone, Copy, Debug, Default)]
+struct At {
+    channel: usize,
+    column: usize,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -155,6 +204,24 @@ pub(crate) struct Walk {
     /// Values per piece; a piece lies in one channel plane when `channels` > 0.
     piece: usize,
     channels: usize,
+    /// The last axis's length when some operand runs along it, else 0.
+    columns: usize,
+}
+
+impl Walk {
+    /// Where the block at flat index `flat` lies (inside one piece).
+    fn at(&self, flat: usize) -> At {
+        At {
+            channel: match self.channels {
+                0 => 0,
+                c => flat / self.piece % c,
+            },
+            column: match self.columns {
+                0 => 0,
+                n => flat % n,
+            },
+        }
+    }
 }
 
 impl Chain {
@@ -174,16 +241,27 @@ impl Chain {
                 return None;
             }
         }
+        let columns = match self.consts.iter().any(Constant::along_last) {
+            true => *shape.last()?,
+            false => 0,
+        };
         if !per_channel {
             return Some(Walk {
                 piece: TASK,
                 channels: 0,
+                columns,
             });
+        }
+        // Operands along axis 1 and along the last axis (of a 3-D or larger input):
+        // not walked.
+        if columns > 0 {
+            return None;
         }
         let plane: usize = shape[2..].iter().product();
         (plane >= MIN_PLANE).then_some(Walk {
             piece: plane,
             channels: shape[1],
+            columns: 0,
         })
     }
 
@@ -214,7 +292,7 @@ impl Chain {
     /// Runs step `k` on one block: register 0 is `input`, register `r` ≥ 1 is at
     /// `(r - 1) * REG` in `done`.
     #[inline(always)]
-    fn eval_step(&self, k: usize, channel: usize, input: &[f32], done: &[f32], out: &mut [f32]) {
+    fn eval_step(&self, k: usize, at: At, input: &[f32], done: &[f32], out: &mut [f32]) {
         let n = out.len();
         let reg = |r: usize| match r {
             0 => &input[..n],
@@ -222,14 +300,16 @@ impl Chain {
         };
         let arg = |a: Arg| match a {
             Arg::Reg(r) => Operand::Block(reg(r)),
-            Arg::Const(c) => Operand::Value(self.consts[c].value(channel)),
+            Arg::Const(c) => self.consts[c].operand(at, n),
         };
         match &self.steps[k] {
             Step::Arith { op, a, b } => arith_block(*op, arg(*a), arg(*b), out),
             Step::Clip { src, lo, hi } => clip_block(reg(*src), *lo, *hi, out),
             Step::Relu { src } => relu_block(reg(*src), out),
             Step::Act { act, src } => act_block(*act, reg(*src), out),
-            Step::Affine { src, a, b } => affine_block(reg(*src), a[channel], b[channel], out),
+            Step::Affine { src, a, b } => {
+                affine_block(reg(*src), a[at.channel], b[at.channel], out)
+            }
             Step::HardSwish { src, h } => hard_swish_block(*h, reg(*src), out),
             Step::Silu { src, x_first } => silu_block(*x_first, reg(*src), out),
             Step::Gelu { src, g } => gelu_block(*g, reg(*src), out),
@@ -239,11 +319,11 @@ impl Chain {
 
     /// Runs every step but the last on one block of `input`, into `regs`.
     #[inline(always)]
-    fn eval_inner(&self, channel: usize, input: &[f32], regs: &mut [f32]) {
+    fn eval_inner(&self, at: At, input: &[f32], regs: &mut [f32]) {
         let n = input.len();
         for k in 0..self.steps.len() - 1 {
             let (done, rest) = regs.split_at_mut(k * REG);
-            self.eval_step(k, channel, input, done, &mut rest[..n]);
+            self.eval_step(k, at, input, done, &mut rest[..n]);
         }
     }
 
@@ -329,21 +409,18 @@ fn run_pieces(
     let last = chain.steps.len() - 1;
     let (work, saved) = regs.split_at_mut(last * REG);
     for (i, piece) in out.chunks_mut(walk.piece).enumerate() {
-        let channel = if walk.channels > 0 {
-            (first + i) % walk.channels
-        } else {
-            0
-        };
         let piece_src = src.map(|s| &s[i * walk.piece..][..piece.len()]);
+        let piece_start = (first + i) * walk.piece;
         for (b, block) in piece.chunks_mut(BLOCK).enumerate() {
             let n = block.len();
+            let at = walk.at(piece_start + b * BLOCK);
             match piece_src {
                 Some(s) => {
                     let input = &s[b * BLOCK..][..n];
-                    chain.eval_inner(channel, input, work);
-                    chain.eval_step(last, channel, input, work, block);
+                    chain.eval_inner(at, input, work);
+                    chain.eval_step(last, at, input, work, block);
                 }
-                None => in_place(chain, channel, block, work, saved),
+                None => in_place(chain, at, block, work, saved),
             }
         }
     }
@@ -351,30 +428,31 @@ fn run_pieces(
 
 /// One block of at most `BLOCK` values through the chain, in place.
 #[inline(always)]
-fn in_place(chain: &Chain, channel: usize, block: &mut [f32], work: &mut [f32], saved: &mut [f32]) {
+fn in_place(chain: &Chain, at: At, block: &mut [f32], work: &mut [f32], saved: &mut [f32]) {
     let last = chain.steps.len() - 1;
     match chain.in_place {
-        InPlace::Direct => chain.step_in_place(channel, block),
+        InPlace::Direct => chain.step_in_place(at.channel, block),
         InPlace::FromCopy => {
             let input = &mut saved[..block.len()];
             input.copy_from_slice(block);
-            chain.eval_inner(channel, input, work);
-            chain.eval_step(last, channel, input, work, block);
+            chain.eval_inner(at, input, work);
+            chain.eval_step(last, at, input, work, block);
         }
         InPlace::Plain => {
-            chain.eval_inner(channel, block, work);
-            chain.eval_step(last, channel, &[], work, block);
+            chain.eval_inner(at, block, work);
+            chain.eval_step(last, at, &[], work, block);
         }
     }
 }
 
-/// A run of values of one channel through the chain, in place (a kernel's tail);
-/// `regs` is empty for [`InPlace::Direct`] chains, which use none.
+/// A run of values from flat index `first` through the chain, in place (a kernel's
+/// tail; a run with per-channel operands lies in one channel plane); `regs` is empty
+/// for [`InPlace::Direct`] chains, which use none.
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+fma", "x86_64+avx2+fma"))]
-fn run_span(chain: &Chain, channel: usize, out: &mut [f32], regs: &mut [f32]) {
+fn run_span(chain: &Chain, walk: Walk, first: usize, out: &mut [f32], regs: &mut [f32]) {
     let (work, saved) = regs.split_at_mut(((chain.steps.len() - 1) * REG).min(regs.len()));
-    for block in out.chunks_mut(BLOCK) {
-        in_place(chain, channel, block, work, saved);
+    for (b, block) in out.chunks_mut(BLOCK).enumerate() {
+        in_place(chain, walk.at(first + b * BLOCK), block, work, saved);
     }
 }
 
@@ -405,19 +483,12 @@ fn compile(
             return None;
         };
         let shape = a.shape().to_vec();
-        // A scalar, or values along one axis (which must turn out to be axis 1). Values
-        // along the last axis (a transformer's bias) are axis 1 only of `[N, C]`
-        // inputs, whose one-value planes chains do not walk: such a node is left out,
-        // so that the nodes after it (a GELU's five) still form a chain.
-        if a.len() != 1
-            && (shape.iter().filter(|&&n| n != 1).count() != 1 || shape.last() != Some(&1))
-        {
+        // A scalar, or values along one axis, which must turn out to be axis 1 or the
+        // last axis (a transformer's bias) of the input (see `Chain::walk`).
+        if a.len() != 1 && shape.iter().filter(|&&n| n != 1).count() != 1 {
             return None;
         }
-        consts.push(Constant {
-            values: a.iter().copied().collect(),
-            shape,
-        });
+        consts.push(Constant::new(a.iter().copied().collect(), shape));
         Some(Arg::Const(consts.len() - 1))
     };
     Some(match element {
@@ -519,7 +590,7 @@ fn mul_of(step: &Step, x: usize, r: usize) -> Option<bool> {
 /// chains are mostly this; one loop instead of four keeps the values in registers.
 fn fuse_hard_swish(steps: &mut [Step], consts: &[Constant]) {
     let scalar = |a: &Arg| match a {
-        Arg::Const(c) if !consts[*c].per_channel() => Some(consts[*c].values[0]),
+        Arg::Const(c) => consts[*c].scalar(),
         _ => None,
     };
     let readers = readers_of(steps);
@@ -607,7 +678,7 @@ fn fuse_silu(steps: &mut [Step]) {
 /// (ViT, BERT, Swin, ConvNeXt), which ran as five loops over each block.
 fn fuse_gelu(steps: &mut [Step], consts: &[Constant]) {
     let scalar = |a: &Arg| match a {
-        Arg::Const(c) if !consts[*c].per_channel() => Some(consts[*c].values[0]),
+        Arg::Const(c) => consts[*c].scalar(),
         _ => None,
     };
     // A binary step of `op` on register `r` and a scalar constant: the constant, and
@@ -760,34 +831,34 @@ impl Tail<'_> {
     /// Runs the chain in place on `span`, the outputs from flat index `first` on, all
     /// in one channel plane (with per-channel operands; any run of outputs otherwise).
     pub fn apply(&self, first: usize, span: &mut [f32]) {
-        let chain = self.chain;
-        let channel = if self.walk.channels > 0 {
-            debug_assert!(first % self.walk.piece + span.len() <= self.walk.piece);
-            first / self.walk.piece % self.walk.channels
-        } else {
-            0
-        };
-        if chain.in_place == InPlace::Direct {
-            run_span(chain, channel, span, &mut []);
-            return;
-        }
-        let regs = chain.steps.len() * REG;
-        <f32 as crate::ops::gemm_util::Scalar>::with_scratch(regs, |regs| {
-            run_span(chain, channel, span, regs)
-        });
+        debug_assert!(
+            self.walk.channels == 0 || first % self.walk.piece + span.len() <= self.walk.piece
+        );
+        self.with_regs(|regs| run_span(self.chain, self.walk, first, span, regs));
     }
 
-    /// Whether the chain has per-channel operands (which need NCHW planes).
-    pub fn per_channel(&self) -> bool {
-        self.walk.channels > 0
+    /// Calls `f` with the chain's registers (none for [`InPlace::Direct`] chains).
+    fn with_regs(&self, f: impl FnOnce(&mut [f32])) {
+        if self.chain.in_place == InPlace::Direct {
+            return f(&mut []);
+        }
+        let regs = self.chain.steps.len() * REG;
+        <f32 as crate::ops::gemm_util::Scalar>::with_scratch(regs, f)
+    }
+
+    /// Whether the chain has operands that depend on where a value lies (per channel,
+    /// or along the last axis), which need the output's own layout, not a blocked one.
+    pub fn varies_by_position(&self) -> bool {
+        self.walk.channels > 0 || self.walk.columns > 0
     }
 
     /// Runs the chain in place on `runs` runs of `len` outputs `stride` apart, the
     /// first from flat index `first`, of the output at `y` (a kernel task's outputs:
-    /// a stretch of each of its channel planes). Runs that touch and a chain without
-    /// per-channel operands make one call: on 7x7 and 14x14 planes a call per plane
-    /// cost more than its work (MobileNetV3's 5x5 depthwise convs at 7x7, 0.68-0.81
-    /// of the time with one call per task).
+    /// a stretch of each of its channel planes, or of each of its rows). Runs that
+    /// touch and a chain without per-channel operands make one call: on 7x7 and 14x14
+    /// planes a call per plane cost more than its work (MobileNetV3's 5x5 depthwise
+    /// convs at 7x7, 0.68-0.81 of the time with one call per task). Otherwise the
+    /// runs share one fetch of the registers.
     ///
     /// # Safety
     /// `y + first + i·stride .. + len`, for `i < runs`, are the caller's outputs, which
@@ -805,11 +876,12 @@ impl Tail<'_> {
             let span = unsafe { std::slice::from_raw_parts_mut(y.add(first), runs * len) };
             self.apply(first, span);
         } else {
-            for at in (0..runs).map(|i| first + i * stride) {
-                self.apply(at, unsafe {
-                    std::slice::from_raw_parts_mut(y.add(at), len)
-                });
-            }
+            self.with_regs(|regs| {
+                for at in (0..runs).map(|i| first + i * stride) {
+                    let span = unsafe { std::slice::from_raw_parts_mut(y.add(at), len) };
+                    run_span(self.chain, self.walk, at, span, regs);
+                }
+            });
         }
     }
 
@@ -953,10 +1025,7 @@ mod tests {
     use super::*;
 
     fn scalar(v: f32) -> Constant {
-        Constant {
-            values: vec![v],
-            shape: Vec::new(),
-        }
+        Constant::new(vec![v], Vec::new())
     }
 
     /// The five steps of an exported GELU on register 0 (constants 0: the scale, 1:

@@ -393,10 +393,10 @@ pub(crate) fn conv_nd<T: Scalar>(
         .and_then(|c| c.tail(&shape));
     let tail = tail.as_ref();
     let tail_ran = tail.is_some();
-    // A blocked store runs a tail over runs of 16 channels: per-channel operands (a
-    // channel per plane) do not fit it. A tail that does not fit the output leaves
+    // A blocked store runs a tail over runs of 16 channels: operands per channel (a
+    // channel per plane) or along the last axis do not fit it. A tail that does not fit the output leaves
     // the conv's own output, which is not the slot asked to be blocked.
-    if tail.is_some_and(|t| t.per_channel()) || tail_asked && tail.is_none() {
+    if tail.is_some_and(|t| t.varies_by_position()) || tail_asked && tail.is_none() {
         layouts.output = false;
     }
     // Trimmed f32 weights are kept (with what their kernels derive from them) for
