@@ -130,6 +130,18 @@ fn avg_pool<T: num_traits::Float + Default + Send + Sync + 'static>(
     // (8x8) do not cost a call each.
     let mut y = crate::buffers::take::<T>(planes * out_vol);
     let per_task = (1 << 14) / out_vol.max(1) + 1;
+    #[cfg(target_arch = "x86_64")]
+    if crate::cpu::conv_isa() == Some(crate::cpu::Isa::Avx512)
+        && g.input[0] == 1
+        && g.kernel[0] == 1
+        && g.pad.iter().all(|&p| p >= 0)
+        && out_vol > 0
+        && let (Some(xf), Some(divf)) = (f32_slice(x), f32_slice(&divisors))
+    {
+        let yf = f32_slice_mut(&mut y).expect("T is f32, as x is");
+        avg_pool_phases(xf, yf, g, divf, per_task);
+        return y;
+    }
     let task = |(t, out): (usize, &mut [T])| {
         let x = &x[t * per_task * in_vol..];
         avg_planes(x, out, g, &axis_taps, &divisors)
@@ -144,6 +156,107 @@ fn avg_pool<T: num_traits::Float + Default + Send + Sync + 'static>(
             .for_each(task);
     }
     y
+}
+
+/// [`avg_pool`] for f32 planes of 2-D windows (and pads not negative) with AVX-512,
+/// through the phase planes of max pooling ([`PhaseGeometry`], padding zero): a tap
+/// reads one contiguous run of a phase plane for all outputs of the plane at the phase
+/// planes' row width, so sums go 16 outputs a vector whatever the row width (the row
+/// blocks of [`avg_planes`] left half the lanes idle on Inception-v3's 17- and 8-wide
+/// rows, and take strided rows lane by lane). `per_task` planes per task. The same
+/// taps in the same order from +0, and a tap in the padding adds +0, which changes no
+/// sum (see [`avg_planes`]): the same bits.
+#[cfg(target_arch = "x86_64")]
+fn avg_pool_phases(x: &[f32], y: &mut [f32], g: &Win3, divisors: &[f32], per_task: usize) {
+    let geo = PhaseGeometry::new(g);
+    let taps = geo
+        .taps_2d
+        .as_deref()
+        .expect("2-D windows have their taps listed");
+    let [_, oh, ow] = g.out;
+    let (in_vol, out_vol, cols) = (g.in_vol(), g.out_vol(), geo.cols);
+    // The outputs at the phase planes' row width; the last row only as long as needed.
+    let run = (oh - 1) * cols + ow;
+    let mut wide_divisors = vec![1.0f32; run];
+    for (r, d) in divisors.chunks_exact(ow).enumerate() {
+        wide_divisors[r * cols..][..ow].copy_from_slice(d);
+    }
+    let task = |(split, wide): &mut (Vec<f32>, Vec<f32>), (t, out): (usize, &mut [f32])| {
+        for (i, out) in out.chunks_exact_mut(out_vol).enumerate() {
+            let plane = &x[(t * per_task + i) * in_vol..][..in_vol];
+            geo.split(plane, split, 0.0);
+            let dst = match cols == ow {
+                true => &mut *out,
+                false => {
+                    wide.resize(run, 0.0);
+                    &mut wide[..run]
+                }
+            };
+            // SAFETY: the CPU has AVX-512F (the caller checked).
+            unsafe { avg_fold_avx512(split, taps, &wide_divisors, dst) };
+            if cols != ow {
+                for (o, w) in out.chunks_exact_mut(ow).zip(wide.chunks(cols)) {
+                    o.copy_from_slice(&w[..ow]);
+                }
+            }
+        }
+    };
+    let chunk = out_vol * per_task;
+    if y.len() * g.k_vol() < (1 << 16) || !crate::par::enabled() {
+        let mut scratch = (Vec::new(), Vec::new());
+        y.chunks_mut(chunk)
+            .enumerate()
+            .for_each(|to| task(&mut scratch, to));
+    } else {
+        y.par_chunks_mut(chunk)
+            .enumerate()
+            .for_each_init(|| (Vec::new(), Vec::new()), task);
+    }
+}
+
+/// `dst[p] = (+0 + Σ_t split[t + p]) / divisors[p]` over the taps `t` in order (zero
+/// where the divisor is zero), 64 outputs at a time in four vectors.
+///
+/// # Safety
+/// The CPU has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn avg_fold_avx512(split: &[f32], taps: &[usize], divisors: &[f32], dst: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let run = dst.len();
+    assert!(divisors.len() >= run && taps.iter().all(|&t| t + run <= split.len()));
+    let (src, by, out) = (split.as_ptr(), divisors.as_ptr(), dst.as_mut_ptr());
+    // SAFETY (every access below): outputs `p .. p + 16` lie below `run` (masked at
+    // the end), so each tap's read lies inside `split` and each divisor inside
+    // `divisors` (asserted above).
+    let quotient = |sums: __m512, p: usize, kept: __mmask16| unsafe {
+        let c = _mm512_maskz_loadu_ps(kept, by.add(p));
+        let nonzero = _mm512_mask_cmp_ps_mask::<_CMP_NEQ_UQ>(kept, c, _mm512_setzero_ps());
+        _mm512_maskz_div_ps(nonzero, sums, c)
+    };
+    let mut p = 0;
+    while p + 64 <= run {
+        let mut sums = [_mm512_setzero_ps(); 4];
+        for &t in taps {
+            for (j, s) in sums.iter_mut().enumerate() {
+                *s = _mm512_add_ps(*s, unsafe { _mm512_loadu_ps(src.add(t + p + 16 * j)) });
+            }
+        }
+        for (j, &s) in sums.iter().enumerate() {
+            let q = quotient(s, p + 16 * j, !0);
+            unsafe { _mm512_storeu_ps(out.add(p + 16 * j), q) };
+        }
+        p += 64;
+    }
+    while p < run {
+        let kept = (((1u32 << (run - p).min(16)) - 1) & 0xffff) as __mmask16;
+        let mut s = _mm512_setzero_ps();
+        for &t in taps {
+            s = _mm512_add_ps(s, unsafe { _mm512_maskz_loadu_ps(kept, src.add(t + p)) });
+        }
+        unsafe { _mm512_mask_storeu_ps(out.add(p), kept, quotient(s, p, kept)) };
+        p += 16;
+    }
 }
 
 /// Outputs of a row summed together: one AVX-512 vector of f32.
@@ -939,28 +1052,8 @@ impl PhaseGeometry {
         lowest: T,
         skip: T,
     ) {
-        let g = &self.g;
-        let [id_n, ih_n, iw_n] = g.input;
-        let [od_n, oh_n, ow_n] = g.out;
-        let sw = g.stride[2];
-        let phase_vol = self.rows * self.cols;
-        let slice_vol = self.phase_planes() * phase_vol;
-        // Every plane of a call writes the same places of `split` (its scratch lives
-        // for one call, so one geometry), so the padding holds `skip` from the first
-        // fill on: filling it per plane was the costliest loop of the 46x46 pool in a
-        // perf profile.
-        if split.len() != id_n * slice_vol {
-            split.clear();
-            split.resize(id_n * slice_vol, skip);
-        }
-        let pad_w = g.pad[2] as usize;
-        let used_cols = iw_n.min(self.need_cols.saturating_sub(pad_w));
-        for (d, dst) in split.chunks_exact_mut(slice_vol).enumerate() {
-            for (h, &at) in self.row_at.iter().enumerate() {
-                let row = &x[(d * ih_n + h) * iw_n..][..used_cols];
-                scatter_row(row, &mut dst[at..], pad_w, sw, phase_vol);
-            }
-        }
+        let [od_n, oh_n, ow_n] = self.g.out;
+        self.split(x, split, skip);
         if let Some(taps) = self.taps_2d.as_deref().filter(|_| T::has_fold_2d()) {
             if !self.first_is_zero {
                 for run in &self.first_runs_2d {
@@ -990,6 +1083,32 @@ impl PhaseGeometry {
                 for (o, w) in out.chunks_exact_mut(ow_n).zip(wide.chunks(self.cols)) {
                     o.copy_from_slice(&w[..ow_n]);
                 }
+            }
+        }
+    }
+
+    /// Copies plane `x` into its phase planes `split`, whose padding holds `skip`.
+    ///
+    /// Every plane of a call writes the same places of `split` (its scratch lives for
+    /// one call, so one geometry), so the padding holds `skip` from the first fill on:
+    /// filling it per plane was the costliest loop of the 46x46 pool in a perf profile.
+    #[inline(always)]
+    fn split<T: PoolElem>(&self, x: &[T], split: &mut Vec<T>, skip: T) {
+        let g = &self.g;
+        let [id_n, ih_n, iw_n] = g.input;
+        let sw = g.stride[2];
+        let phase_vol = self.rows * self.cols;
+        let slice_vol = self.phase_planes() * phase_vol;
+        if split.len() != id_n * slice_vol {
+            split.clear();
+            split.resize(id_n * slice_vol, skip);
+        }
+        let pad_w = g.pad[2] as usize;
+        let used_cols = iw_n.min(self.need_cols.saturating_sub(pad_w));
+        for (d, dst) in split.chunks_exact_mut(slice_vol).enumerate() {
+            for (h, &at) in self.row_at.iter().enumerate() {
+                let row = &x[(d * ih_n + h) * iw_n..][..used_cols];
+                scatter_row(row, &mut dst[at..], pad_w, sw, phase_vol);
             }
         }
     }
