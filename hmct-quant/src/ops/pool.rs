@@ -201,16 +201,27 @@ fn avg_pool_phases(x: &[f32], y: &mut [f32], g: &Win3, divisors: &[f32], per_tas
             }
         }
     };
-    let chunk = out_vol * per_task;
-    if y.len() * g.k_vol() < (1 << 16) || !crate::par::enabled() {
-        let mut scratch = (Vec::new(), Vec::new());
-        y.chunks_mut(chunk)
+    let parallel = y.len() * g.k_vol() >= 1 << 16;
+    chunks_with_scratch(y, out_vol * per_task, parallel, task);
+}
+
+/// Runs `f(scratch, (i, chunk))` over `y` cut into chunks of `len`, on the rayon pool
+/// when `parallel`, each thread with its own scratch.
+fn chunks_with_scratch<T: Send, S: Default>(
+    y: &mut [T],
+    len: usize,
+    parallel: bool,
+    f: impl Fn(&mut S, (usize, &mut [T])) + Sync + Send,
+) {
+    if !parallel || !crate::par::enabled() {
+        let mut scratch = S::default();
+        y.chunks_mut(len)
             .enumerate()
-            .for_each(|to| task(&mut scratch, to));
+            .for_each(|chunk| f(&mut scratch, chunk));
     } else {
-        y.par_chunks_mut(chunk)
+        y.par_chunks_mut(len)
             .enumerate()
-            .for_each_init(|| (Vec::new(), Vec::new()), task);
+            .for_each_init(S::default, f);
     }
 }
 
@@ -537,16 +548,8 @@ fn max_pool_values<T: PoolElem>(x: &[T], xs: &[usize], g: &Win3, lowest: T, skip
         let xp = &x[p * in_vol..][..in_vol];
         pool_plane(&geo, xp, out, split, wide, lowest, skip);
     };
-    if y.len() * g.k_vol() < (1 << 16) || !crate::par::enabled() {
-        let mut scratch = (Vec::new(), Vec::new());
-        y.chunks_mut(out_vol)
-            .enumerate()
-            .for_each(|po| plane(&mut scratch, po));
-    } else {
-        y.par_chunks_mut(out_vol)
-            .enumerate()
-            .for_each_init(|| (Vec::new(), Vec::new()), plane);
-    }
+    let parallel = y.len() * g.k_vol() >= 1 << 16;
+    chunks_with_scratch(&mut y, out_vol, parallel, plane);
     y
 }
 
