@@ -118,7 +118,7 @@ impl Constant {
 
 /// Where a block of a chain's values lies: its channel (for per-channel operands)
 /// and its position along the last axis (for operands along it).
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 struct At {
     channel: usize,
     column: usize,

@@ -163,14 +163,23 @@ fn fused_and_plain(
     x: Tensor,
 ) -> (Session, Vec<Arc<Tensor>>, Vec<Arc<Tensor>>) {
     let model = Model::from_proto(proto, None).unwrap();
-    let fused = Session::new(plan_model(&model).unwrap(), 1)
+    fused_and_plain_on(&model, &x, 1)
+}
+
+/// [`fused_and_plain`] for a loaded model on `threads` threads.
+fn fused_and_plain_on(
+    model: &Model,
+    x: &Tensor,
+    threads: usize,
+) -> (Session, Vec<Arc<Tensor>>, Vec<Arc<Tensor>>) {
+    let fused = Session::new(plan_model(model).unwrap(), threads)
         .unwrap()
         .with_profiling();
     let got = fused.run(&[("x", x.clone())], &Config::float()).unwrap();
-    let plain = Session::new(plan_model(&model).unwrap(), 1)
+    let plain = Session::new(plan_model(model).unwrap(), threads)
         .unwrap()
         .without_fusion();
-    let expected = plain.run(&[("x", x)], &Config::float()).unwrap();
+    let expected = plain.run(&[("x", x.clone())], &Config::float()).unwrap();
     (fused, got, expected)
 }
 
@@ -446,14 +455,7 @@ fn conv_tails_match_node_by_node_bit_for_bit() {
         );
         let model = Model::from_proto(proto, None).unwrap();
         for threads in [1, 2] {
-            let fused = Session::new(plan_model(&model).unwrap(), threads)
-                .unwrap()
-                .with_profiling();
-            let got = fused.run(&[("x", x.clone())], &Config::float()).unwrap();
-            let plain = Session::new(plan_model(&model).unwrap(), threads)
-                .unwrap()
-                .without_fusion();
-            let want = plain.run(&[("x", x.clone())], &Config::float()).unwrap();
+            let (fused, got, want) = fused_and_plain_on(&model, &x, threads);
             for (a, b) in got.iter().zip(&want) {
                 assert_eq!(bits(a), bits(b), "{h}x{w}, {threads} thread(s)");
             }
@@ -531,14 +533,7 @@ fn chains_take_operands_along_the_last_axis() {
         );
         let model = Model::from_proto(proto, None).unwrap();
         for threads in [1, 2] {
-            let fused = Session::new(plan_model(&model).unwrap(), threads)
-                .unwrap()
-                .with_profiling();
-            let got = fused.run(&[("x", x.clone())], &Config::float()).unwrap();
-            let plain = Session::new(plan_model(&model).unwrap(), threads)
-                .unwrap()
-                .without_fusion();
-            let want = plain.run(&[("x", x.clone())], &Config::float()).unwrap();
+            let (fused, got, want) = fused_and_plain_on(&model, &x, threads);
             for (i, (a, b)) in got.iter().zip(&want).enumerate() {
                 assert_eq!(
                     bits(a),

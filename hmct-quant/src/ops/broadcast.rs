@@ -78,6 +78,27 @@ pub(crate) fn for_chunks<O: Send>(
     }
 }
 
+/// Runs `f(scratch, (i, chunk))` over `out` cut into chunks of `len` elements (chunk
+/// `i` from element `i * len`), on the rayon pool when `parallel`, each thread with
+/// its own scratch (buffers a kernel reuses from chunk to chunk).
+pub(crate) fn for_chunks_with_scratch<O: Send, S: Default>(
+    out: &mut [O],
+    len: usize,
+    parallel: bool,
+    f: impl Fn(&mut S, (usize, &mut [O])) + Sync + Send,
+) {
+    if parallel && crate::par::enabled() {
+        out.par_chunks_mut(len)
+            .enumerate()
+            .for_each_init(S::default, f);
+    } else {
+        let mut scratch = S::default();
+        out.chunks_mut(len)
+            .enumerate()
+            .for_each(|chunk| f(&mut scratch, chunk));
+    }
+}
+
 /// `f` applied to every element.
 pub(crate) fn unary<T, O, F>(a: &ArrayD<T>, f: F) -> ArrayD<O>
 where

@@ -1223,16 +1223,7 @@ pub(super) fn depthwise<T: Scalar>(
             t.apply(i * out_vol, of);
         }
     };
-    if y.len() * k_vol < (1 << 18) || !crate::par::enabled() {
-        let mut scratch = DwScratch::default();
-        y.chunks_mut(out_vol)
-            .enumerate()
-            .for_each(|p| plane(&mut scratch, p));
-    } else {
-        y.par_chunks_mut(out_vol)
-            .enumerate()
-            .for_each_init(DwScratch::default, plane);
-    }
+    super::broadcast::for_chunks_with_scratch(y, out_vol, y.len() * k_vol >= 1 << 18, plane);
 }
 
 /// Buffers [`dw_plane`] reuses from plane to plane: on the small planes of mobile

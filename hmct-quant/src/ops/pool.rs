@@ -5,6 +5,7 @@ use hmct_tensor::{Tensor, f16};
 use rayon::prelude::*;
 
 use super::arrays::{array, contiguous};
+use super::broadcast::for_chunks_with_scratch;
 use super::conv::{f32_slice, f32_slice_mut};
 use super::window::{Win3, WindowAttrs};
 use super::{Kernel, NodeSpec, OpError, input};
@@ -97,8 +98,9 @@ fn taps(g: &Win3, pe: &[usize; 3], a: usize, o: usize) -> (Vec<usize>, usize) {
 
 /// Average pooling. Each output is `(0 + Σ x) / count`, the sum over its window's taps
 /// inside the data in row-major order (`count`: those taps, or with
-/// `count_include_pad` the taps inside the padded extent), blocks of a row's outputs at
-/// a time ([`avg_planes`]). A loop per output over its own taps took Inception-v3's
+/// `count_include_pad` the taps inside the padded extent): f32 2-D windows with
+/// AVX-512 through phase planes ([`avg_pool_phases`]), others blocks of a row's outputs
+/// at a time ([`avg_planes`]). A loop per output over its own taps took Inception-v3's
 /// nine 3x3 average pools 21.7 ms against onnxruntime's 0.6.
 fn avg_pool<T: num_traits::Float + Default + Send + Sync + 'static>(
     x: &[T],
@@ -202,27 +204,7 @@ fn avg_pool_phases(x: &[f32], y: &mut [f32], g: &Win3, divisors: &[f32], per_tas
         }
     };
     let parallel = y.len() * g.k_vol() >= 1 << 16;
-    chunks_with_scratch(y, out_vol * per_task, parallel, task);
-}
-
-/// Runs `f(scratch, (i, chunk))` over `y` cut into chunks of `len`, on the rayon pool
-/// when `parallel`, each thread with its own scratch.
-fn chunks_with_scratch<T: Send, S: Default>(
-    y: &mut [T],
-    len: usize,
-    parallel: bool,
-    f: impl Fn(&mut S, (usize, &mut [T])) + Sync + Send,
-) {
-    if !parallel || !crate::par::enabled() {
-        let mut scratch = S::default();
-        y.chunks_mut(len)
-            .enumerate()
-            .for_each(|chunk| f(&mut scratch, chunk));
-    } else {
-        y.par_chunks_mut(len)
-            .enumerate()
-            .for_each_init(S::default, f);
-    }
+    for_chunks_with_scratch(y, out_vol * per_task, parallel, task);
 }
 
 /// `dst[p] = (+0 + Σ_t split[t + p]) / divisors[p]` over the taps `t` in order (zero
@@ -549,7 +531,7 @@ fn max_pool_values<T: PoolElem>(x: &[T], xs: &[usize], g: &Win3, lowest: T, skip
         pool_plane(&geo, xp, out, split, wide, lowest, skip);
     };
     let parallel = y.len() * g.k_vol() >= 1 << 16;
-    chunks_with_scratch(&mut y, out_vol, parallel, plane);
+    for_chunks_with_scratch(&mut y, out_vol, parallel, plane);
     y
 }
 
