@@ -23,7 +23,7 @@ use hmct_tensor::Tensor;
 use hmct_tensor::ndarray::{ArrayD, IxDyn};
 
 use crate::fake_quant::FakeQuant;
-use crate::fusion::{Chain, Chains, Walk};
+use crate::fusion::{Chain, Chains, Tail};
 use crate::layout::Blocked;
 use crate::ops::OpError;
 use crate::ops::blocked::{self, Layouts};
@@ -534,11 +534,20 @@ impl Session {
                 }
             }
             if let Some(chain) = chain
-                && run_chain(plan, chain, &mut values, &run_node, &keep, &last_use)
+                && run_chain(
+                    plan,
+                    chain,
+                    config,
+                    &mut values,
+                    &run_node,
+                    &keep,
+                    &last_use,
+                )
             {
                 for &j in &chain.nodes {
                     fused[j] = true;
                 }
+                release_side(chain, &mut values, &keep, &last_use);
                 if let (Some(profile), Some(start)) = (scope.profile, start) {
                     let mut p = profile.lock().unwrap_or_else(|e| e.into_inner());
                     p.total[i] += start.elapsed();
@@ -554,7 +563,9 @@ impl Session {
                 .and_then(|c| c.tail_of(i))
                 .filter(|chain| tail_may_run(chain, &run_node, &keep));
             let (outputs, tail_ran) = match tail {
-                Some(chain) => self.run_with_tail(plan, i, &values, chain, scope.blocked)?,
+                Some(chain) => {
+                    self.run_with_tail(plan, i, &values, chain, config, scope.blocked)?
+                }
                 None => (
                     self.run_node(
                         plan,
@@ -619,9 +630,11 @@ impl Session {
         i: usize,
         values: &Values,
         tail: &Chain,
+        config: &Config,
         blocked: Option<&Blocked>,
     ) -> Result<(Vec<Arc<Tensor>>, bool), RunError> {
         let node = &plan.nodes[i];
+        let tail = tail.args(|c| config.effective(plan, c), None);
         let node_err = |source| RunError::Node {
             node: node.name.clone(),
             op_type: node.op_type.clone(),
@@ -641,15 +654,20 @@ impl Session {
             Some(b) => {
                 let layouts = Layouts {
                     input: refs[0].is_some_and(blocked::is_blocked),
-                    output: b.write[tail.output],
+                    output: b.write[tail.chain().output],
                 };
                 let (out, ran) = kernel
-                    .run_blocked(&refs, Some(tail), layouts)
+                    .run_blocked(&refs, Some(&tail), layouts)
                     .map_err(node_err)?;
-                b.check_written(if ran { tail.output } else { node.outputs[0] }, &out);
+                let written = if ran {
+                    tail.chain().output
+                } else {
+                    node.outputs[0]
+                };
+                b.check_written(written, &out);
                 (out, ran)
             }
-            None => kernel.run_with_tail(&refs, tail).map_err(node_err)?,
+            None => kernel.run_with_tail(&refs, &tail).map_err(node_err)?,
         };
         if out.len() > node.outputs.len() {
             return Err(node_err(OpError::invalid(
@@ -935,13 +953,26 @@ fn tail_may_run(chain: &Chain, run_node: &[bool], keep: &[bool]) -> bool {
         && chain.internal.iter().all(|&s| !keep[s])
 }
 
+/// Frees `chain`'s side value after the chain ran when the chain was its last reader
+/// (the executor frees a node's inputs after it runs, which fused nodes never do).
+fn release_side(chain: &Chain, values: &mut Values, keep: &[bool], last_use: &[usize]) {
+    if let Some(s) = chain.side
+        && !keep[s]
+        && chain.nodes.contains(&last_use[s])
+    {
+        recycle(values.slots[s].take());
+    }
+}
+
 /// Runs `chain` as one pass when every node of it has to run, none of its
 /// intermediate values is kept, and its input is an f32 tensor its operands
 /// broadcast to. Returns false, having changed nothing, when the nodes have to run
 /// one by one instead.
+#[allow(clippy::too_many_arguments)]
 fn run_chain(
     plan: &Plan,
     chain: &Chain,
+    config: &Config,
     values: &mut Values,
     run_node: &[bool],
     keep: &[bool],
@@ -957,10 +988,20 @@ fn run_chain(
     let Tensor::F32(xa) = &*x else {
         return false;
     };
-    let Some(walk) = chain.walk(xa.shape()) else {
+    let shape = xa.shape().to_vec();
+    // The side was computed before the chain's first node (`fusion::find_chains`), in
+    // this run or the one its values come from.
+    let side = match chain.side {
+        Some(s) => match values.lookup(plan, s) {
+            Some(t) => Some(t),
+            None => return false,
+        },
+        None => None,
+    };
+    let args = chain.args(|c| config.effective(plan, c), side.as_deref());
+    let Some(tail) = args.tail(&shape) else {
         return false;
     };
-    let shape = xa.shape().to_vec();
     // The input may be overwritten when the chain reads it for the last time.
     let free = !keep[x_slot]
         && plan.constants[x_slot].is_none()
@@ -981,11 +1022,11 @@ fn run_chain(
             let d = a
                 .as_slice_mut()
                 .expect("tensors are kept in standard layout");
-            chain.run(walk, None, d);
+            tail.run(None, d);
             a
         }
-        Ok(other) => fresh_output(chain, walk, &other, &shape),
-        Err(shared) => fresh_output(chain, walk, &shared, &shape),
+        Ok(other) => fresh_output(&tail, &other, &shape),
+        Err(shared) => fresh_output(&tail, &shared, &shape),
     };
     for &s in &chain.internal {
         values.slots[s] = None;
@@ -995,13 +1036,13 @@ fn run_chain(
 }
 
 /// A chain's output in a new buffer, reading `x` (an f32 tensor of `shape`).
-fn fresh_output(chain: &Chain, walk: Walk, x: &Tensor, shape: &[usize]) -> ArrayD<f32> {
+fn fresh_output(tail: &Tail, x: &Tensor, shape: &[usize]) -> ArrayD<f32> {
     let Tensor::F32(xa) = x else {
         unreachable!("chains run on f32 inputs only")
     };
     let src = xa.as_slice().expect("tensors are kept in standard layout");
     let mut out = crate::buffers::take::<f32>(src.len());
-    chain.run(walk, Some(src), &mut out);
+    tail.run(Some(src), &mut out);
     ArrayD::from_shape_vec(IxDyn(shape), out).expect("same element count as the input")
 }
 

@@ -425,14 +425,24 @@ fn bounds(p: &IntQuant, zp: i32) -> (f32, f32) {
     ((p.qmin - zp) as f32, (p.qmax - zp) as f32)
 }
 
+impl IntQuant {
+    /// The scale and clamp bounds every element takes when the parameters are not
+    /// per channel (what [`kernels::int_uniform`] runs with), else `None`.
+    pub(crate) fn uniform(&self) -> Option<(f32, f32, f32)> {
+        if self.axis.is_some() && self.scales.len() > 1 {
+            return None;
+        }
+        let (lo, hi) = bounds(self, self.zero_points[0]);
+        Some((self.scales[0], lo, hi))
+    }
+}
+
 fn apply_int(p: &IntQuant, data: &mut [f32], shape: &[usize]) {
-    let per_channel = p.axis.filter(|_| p.scales.len() > 1);
-    let Some(axis) = per_channel else {
-        let (lo, hi) = bounds(p, p.zero_points[0]);
-        let s = p.scales[0];
+    if let Some((s, lo, hi)) = p.uniform() {
         par_chunks(data, |c| kernels::int_uniform(c, s, lo, hi));
         return;
-    };
+    }
+    let axis = p.axis.expect("per-channel parameters have an axis");
     let channels = shape[axis];
     let inner: usize = shape[axis + 1..].iter().product();
     let outers: usize = shape[..axis].iter().product();

@@ -556,3 +556,153 @@ fn chains_take_operands_along_the_last_axis() {
         }
     }
 }
+
+/// Residual blocks as calibrated models have them: a conv's Relu and the calibration
+/// node of the next conv's input, which the conv runs as its tail; a residual Add of
+/// the block's input behind the calibration node of the conv's output, then a Relu;
+/// and a downsampling shortcut, where the Add reads two convs' outputs, each behind
+/// its calibration node (the first conv runs its node as its tail). The Adds, with
+/// their Relus and calibration nodes, run as one pass that reads the Add's other
+/// operand beside the chain's input. The outputs are those of node-by-node runs bit
+/// for bit with the calibration nodes off, on, one of them off or on, in float16,
+/// and per channel (which a chain does not take: its nodes run one by one); full
+/// runs and probes from captured values, serial and parallel.
+#[test]
+fn residual_adds_and_calibration_nodes_join_conv_tails() {
+    use hmct_quant::fake_quant::QType;
+    use hmct_quant::{FakeQuant, Override};
+    let c = 16usize;
+    let conv = |name: &str, x: &str, w: &str, y: &str, k: i64| {
+        let mut n = node(name, "Conv", &[x, w], &[y]);
+        n.attribute.push(ints_attr("pads", vec![k / 2; 4]));
+        n
+    };
+    let nodes = vec![
+        conv("c1", "x", "w1", "a", 3),
+        node("relu1", "Relu", &["a"], &["a1"]),
+        conv("c2", "a1", "w2", "b", 3),
+        node("res", "Add", &["b", "x"], &["s"]),
+        node("relu2", "Relu", &["s"], &["t"]),
+        conv("c3", "t", "w3", "d", 1),
+        conv("c4", "t", "w4", "e", 1),
+        node("add2", "Add", &["d", "e"], &["u"]),
+        node("relu3", "Relu", &["u"], &["y"]),
+    ];
+    let weight = |name: &str, k: usize, seed: u32| {
+        let n = c * c * k * k;
+        let w = smooth(n, seed)
+            .into_iter()
+            .map(|v| v * 3.0 / (c * k * k) as f32);
+        constant(name, &[c, c, k, k], w.collect())
+    };
+    let inits = vec![
+        weight("w1", 3, 1),
+        weight("w2", 3, 2),
+        weight("w3", 1, 3),
+        weight("w4", 1, 4),
+    ];
+    for (h, w) in [(14, 14), (40, 36)] {
+        let proto = model(
+            vec![float_value("x", &[1, c as i64, h as i64, w as i64])],
+            nodes.clone(),
+            inits.clone(),
+            vec![named_value("y")],
+        );
+        let m = Model::from_proto(proto, None).unwrap();
+        let m = hmct_ir::testing::calibrate_for_tests(m, 2.0).unwrap();
+        // The calibration nodes of the Adds' inputs.
+        let inserts = [("b", "res", 0), ("d", "add2", 0), ("e", "add2", 1)]
+            .map(|(value, reader, input)| {
+                let reader = m.nodes().iter().position(|n| n.name() == reader).unwrap();
+                hmct_ir::CalibrationInsert {
+                    spec: hmct_ir::CalibrationSpec {
+                        name: format!("{value}_HzCalibration"),
+                        input: value.into(),
+                        output: format!("{value}_HzCalibration_output"),
+                        tensor_type: hmct_ir::TensorType::Feature,
+                        qtype: hmct_ir::QType::INT8,
+                        thresholds: vec![3.0],
+                        axis: None,
+                        group: None,
+                        constant: 1,
+                        switch_on: true,
+                    },
+                    consumers: vec![(reader, input)],
+                }
+            })
+            .to_vec();
+        let m = m.insert_calibrations(inserts).unwrap();
+        let x = Tensor::from_f32(&[1, c, h, w], smooth(c * h * w, h as u32)).unwrap();
+        for threads in [1, 2] {
+            let fused = Session::new(plan_model(&m).unwrap(), threads)
+                .unwrap()
+                .with_profiling();
+            let plain = Session::new(plan_model(&m).unwrap(), threads)
+                .unwrap()
+                .without_fusion();
+            let plan = fused.plan();
+            let activations: Vec<usize> = (0..plan.calibrations().len())
+                .filter(|&k| !plan.calibrations()[k].is_weight)
+                .collect();
+            assert_eq!(activations.len(), 6);
+            let int8 = QType::Int {
+                bits: 8,
+                signed: true,
+            };
+            let per_channel: Vec<f32> = (0..c).map(|i| 1.0 + 0.2 * i as f32).collect();
+            let per_channel = FakeQuant::from_thresholds(int8, &per_channel, Some(1)).unwrap();
+            let mut configs = vec![Config::float(), Config::calibrated()];
+            for &k in &activations {
+                configs.push(Config::calibrated().with(k, Override::Off));
+                configs.push(Config::float().with(k, Override::On));
+                configs.push(Config::calibrated().with(k, Override::Set(FakeQuant::Float16)));
+                configs.push(Config::calibrated().with(k, Override::Set(per_channel.clone())));
+            }
+            let run = |s: &Session, cfg: &Config| s.run(&[("x", x.clone())], cfg).unwrap();
+            for cfg in &configs {
+                let got = run(&fused, cfg);
+                let want = run(&plain, cfg);
+                assert_eq!(bits(&got[0]), bits(&want[0]), "{cfg:?}, {h}x{w}, {threads}");
+            }
+            // The tails and chains ran (in the runs without a per-channel setting on
+            // them).
+            let times = fused.node_times().unwrap();
+            let index = |n: &str| plan.node_index(n).unwrap();
+            for name in ["c1", "c3"] {
+                assert!(times.tail_calls[index(name)] > 0, "{name}'s tail");
+            }
+            let tail_has = |conv: &str, member: &str| {
+                fused
+                    .fused_tail(index(conv))
+                    .unwrap()
+                    .contains(&index(member))
+            };
+            assert!(tail_has("c1", "relu1") && tail_has("c1", "a1_HzCalibration"));
+            assert!(tail_has("c3", "d_HzCalibration"));
+            for (head, members) in [
+                ("b_HzCalibration", ["res", "relu2"]),
+                ("e_HzCalibration", ["add2", "relu3"]),
+            ] {
+                let chain = fused.fused_chain(index(head)).unwrap();
+                assert!(members.iter().all(|m| chain.contains(&index(m))), "{head}");
+                assert!(times.fused_calls[index(head)] > 0, "{head}");
+            }
+            // Probes from captured values.
+            let outputs = plan.outputs().to_vec();
+            let bound = fused.bind_inputs(&[("x", x.clone())]).unwrap();
+            for base in [Config::float(), Config::calibrated()] {
+                let kept = fused
+                    .run_from(&bound, None, &base, &outputs, Capture::All)
+                    .unwrap();
+                for cfg in &configs {
+                    let probe = fused
+                        .run_from(&kept, Some(&base), cfg, &outputs, Capture::Wanted)
+                        .unwrap();
+                    let got = fused.value(&probe, outputs[0]).unwrap();
+                    let want = run(&plain, cfg);
+                    assert_eq!(bits(&got), bits(&want[0]), "probe {cfg:?} from {base:?}");
+                }
+            }
+        }
+    }
+}

@@ -23,7 +23,7 @@ use super::gemm_util::{self as gu, MatRef, Scalar, SendPtr};
 use super::weight_cache::WeightCache;
 use super::window::{AutoPad, Win3, Window, WindowAttrs, split_row_stride2};
 use super::{Kernel, NodeSpec, OpError, input, opt_input};
-use crate::fusion::{Chain, Tail};
+use crate::fusion::{ChainArgs, Tail};
 
 pub(crate) fn build(spec: &NodeSpec) -> Option<Result<Box<dyn Kernel>, OpError>> {
     let k: Result<Box<dyn Kernel>, OpError> = match spec.op_type {
@@ -159,7 +159,7 @@ impl ConvKernel {
         xa: &ArrayD<f32>,
         wa: &ArrayD<f32>,
         b: Option<&Tensor>,
-        tail: Option<&Chain>,
+        tail: Option<&ChainArgs>,
         layouts: Layouts,
     ) -> Result<(Vec<Tensor>, bool), OpError> {
         let bias = match b {
@@ -203,7 +203,7 @@ impl Kernel for ConvKernel {
     fn run_with_tail(
         &self,
         inputs: &[Option<&Tensor>],
-        tail: &Chain,
+        tail: &ChainArgs,
     ) -> Result<(Vec<Tensor>, bool), OpError> {
         self.run_blocked(inputs, Some(tail), Layouts::default())
     }
@@ -240,7 +240,7 @@ impl Kernel for ConvKernel {
     fn run_blocked(
         &self,
         inputs: &[Option<&Tensor>],
-        tail: Option<&Chain>,
+        tail: Option<&ChainArgs>,
         layouts: Layouts,
     ) -> Result<(Vec<Tensor>, bool), OpError> {
         match (input(inputs, 0)?, input(inputs, 1)?) {
@@ -344,7 +344,7 @@ pub(crate) fn conv_nd<T: Scalar>(
     attrs: &WindowAttrs,
     group: usize,
     derived: Option<&Derived>,
-    tail: Option<&Chain>,
+    tail: Option<&ChainArgs>,
     layouts: Layouts,
 ) -> Result<(Vec<T>, Vec<usize>, bool), OpError> {
     // Blocked values are 4-D f32 (`xs` is the input's NCHW shape either way).

@@ -143,7 +143,7 @@ pub trait Kernel: Send + Sync {
     fn run_with_tail(
         &self,
         inputs: &[Option<&Tensor>],
-        tail: &crate::fusion::Chain,
+        tail: &crate::fusion::ChainArgs,
     ) -> Result<(Vec<Tensor>, bool), OpError> {
         let _ = tail;
         self.run(inputs).map(|out| (out, false))
@@ -166,7 +166,7 @@ pub trait Kernel: Send + Sync {
     fn run_blocked(
         &self,
         inputs: &[Option<&Tensor>],
-        tail: Option<&crate::fusion::Chain>,
+        tail: Option<&crate::fusion::ChainArgs>,
         layouts: blocked::Layouts,
     ) -> Result<(Vec<Tensor>, bool), OpError> {
         let _ = layouts;
