@@ -470,24 +470,26 @@ impl Tail<'_> {
         }
     }
 
-    /// The chain's one working step, its last, on `block` in place: for chains of
-    /// [`InPlace::Direct`].
+    /// The chain's working steps, one after the other, each on `block` in place:
+    /// for chains of [`InPlace::Direct`].
     #[inline(always)]
-    fn step_in_place(&self, channel: usize, block: &mut [f32]) {
-        let last = self.chain.steps.len() - 1;
-        match &self.chain.steps[last] {
-            Step::Clip { src: 0, lo, hi } => map_block(block, |v| step::clip_one(v, *lo, *hi)),
-            Step::Affine { src: 0, a, b } => {
-                let (a, b) = (a[channel], b[channel]);
-                map_block(block, |v| v * a + b);
+    fn steps_in_place(&self, channel: usize, block: &mut [f32]) {
+        for (k, step) in self.chain.steps.iter().enumerate() {
+            match step {
+                Step::Nop => {}
+                Step::Clip { lo, hi, .. } => map_block(block, |v| step::clip_one(v, *lo, *hi)),
+                Step::Affine { a, b, .. } => {
+                    let (a, b) = (a[channel], b[channel]);
+                    map_block(block, |v| v * a + b);
+                }
+                Step::HardSwish { h, .. } => map_block(block, |x| step::hard_swish_one(*h, x)),
+                Step::Silu { x_first, .. } => map_block(block, |x| step::silu_one(*x_first, x)),
+                Step::Gelu { g, .. } => map_block(block, |x| step::gelu_one(*g, x)),
+                // What `act_block` runs on its copy of the input.
+                Step::Act { act, .. } => step::map_in_place(*act, block),
+                Step::Quant { .. } => quantize(self.quants[k], block),
+                _ => unreachable!("InPlace::Direct is set for these steps only"),
             }
-            Step::HardSwish { src: 0, h } => map_block(block, |x| step::hard_swish_one(*h, x)),
-            Step::Silu { src: 0, x_first } => map_block(block, |x| step::silu_one(*x_first, x)),
-            Step::Gelu { src: 0, g } => map_block(block, |x| step::gelu_one(*g, x)),
-            // What `act_block` runs on its copy of the input.
-            Step::Act { src: 0, act } => step::map_in_place(*act, block),
-            Step::Quant { src: 0, .. } => quantize(self.quants[last], block),
-            _ => unreachable!("InPlace::Direct is set for these steps only"),
         }
     }
 }
@@ -511,9 +513,10 @@ fn quantize(q: Quant, block: &mut [f32]) {
 /// How a chain runs over a block in place (its output overwriting its input).
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum InPlace {
-    /// Its one working step, the last, reads only the input (a Conv's Clip, SiLU,
-    /// hard-swish, or an activation its kernel maps in place, such as ONNX's
-    /// HardSwish): straight over the block ([`Chain::step_in_place`]), no registers.
+    /// Each working step maps the value the one before gave, one for one (a Conv's
+    /// Clip, SiLU, hard-swish, or an activation its kernel maps in place, such as
+    /// ONNX's HardSwish, each perhaps followed by a calibration step): straight over
+    /// the block, one step after the other ([`Tail::steps_in_place`]), no registers.
     /// From two copies per block, a 14x14x672 depthwise conv of MobileNetV3 with its
     /// HardSwish tail took 0.19-0.20 ms; straight over it, 0.14-0.15.
     /// Not a Relu: LLVM turns `v = if v < 0 { 0 } else { v }` in place into masked
@@ -529,18 +532,26 @@ enum InPlace {
 
 impl InPlace {
     fn of(steps: &[Step]) -> InPlace {
-        let (last, before) = steps.split_last().expect("chains have steps");
-        let maps_input = match last {
-            Step::Clip { src: 0, .. }
-            | Step::Affine { src: 0, .. }
-            | Step::HardSwish { src: 0, .. }
-            | Step::Silu { src: 0, .. }
-            | Step::Gelu { src: 0, .. }
-            | Step::Quant { src: 0, .. } => true,
-            Step::Act { src: 0, act } => step::f32_slice_kernel(*act).is_none(),
-            _ => false,
-        };
-        let direct = maps_input && before.iter().all(|s| matches!(s, Step::Nop));
+        let last = steps.last().expect("chains have steps");
+        // The register holding the value so far: each working step must read it
+        // alone (a Nop's register is never read).
+        let mut value = 0;
+        let mut direct = steps.last().is_some_and(|s| !matches!(s, Step::Nop));
+        for (k, s) in steps.iter().enumerate() {
+            let maps_value = match s {
+                Step::Nop => continue,
+                Step::Clip { src, .. }
+                | Step::Affine { src, .. }
+                | Step::HardSwish { src, .. }
+                | Step::Silu { src, .. }
+                | Step::Gelu { src, .. }
+                | Step::Quant { src, .. } => *src == value,
+                Step::Act { src, act } => *src == value && step::f32_slice_kernel(*act).is_none(),
+                _ => false,
+            };
+            direct &= maps_value;
+            value = k + 1;
+        }
         if direct {
             InPlace::Direct
         } else if reads(last).contains(&0) {
@@ -587,7 +598,7 @@ fn run_pieces(tail: &Tail, first: usize, src: Option<&[f32]>, out: &mut [f32], r
 fn in_place(tail: &Tail, at: At, block: &mut [f32], work: &mut [f32], saved: &mut [f32]) {
     let last = tail.chain.steps.len() - 1;
     match tail.chain.in_place {
-        InPlace::Direct => tail.step_in_place(at.channel, block),
+        InPlace::Direct => tail.steps_in_place(at.channel, block),
         InPlace::FromCopy => {
             let input = &mut saved[..block.len()];
             input.copy_from_slice(block);
