@@ -19,8 +19,9 @@
 //! calibration nodes are steps of chains too: what each does (nothing, or its fake
 //! quantization) is the run's setting, bound when the chain runs ([`Chain::args`]).
 //! And a chain may read one more value than its input, its *side*, at the same
-//! positions: a residual Add's other operand, so that the Add and its Relu run as
-//! the conv's tail as onnxruntime's fused convs do.
+//! positions: a residual Add's other operand, so that the Add, its Relu and their
+//! calibration nodes run as one pass. Such a chain runs as a pass of its own, never
+//! as a conv's tail (see [`Chains::find`]).
 //!
 //! Each step calls the per-element function of its node's own kernel (see
 //! `ops::elementwise::step`), in the same order on the same values, so a fused chain
