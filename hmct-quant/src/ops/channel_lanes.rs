@@ -371,35 +371,45 @@ pub(crate) fn conv(
         // Weights are read once per tile, so on small planes the first tile of each
         // block waited for them from memory (`kernel_table --cold` against warm:
         // MobileNetV3's 160->960 at 7x7 0.196 against 0.151 ms, ResNet-50's
-        // 2048->512 at 7x7 1.12 against 0.89). The task's last tile prefetches the
-        // next task's weights when they are another block's, its first tile its own 16
-        // rows ahead of the sums.
+        // 2048->512 at 7x7 1.12 against 0.89). The first tile prefetches its own
+        // weights 16 rows ahead of the sums, and each tile a share of the next task's
+        // weights when they are another block's, into L2: tile `j` of `J` rows `j`,
+        // `j + J`, ... as it passes them. (The last tile alone prefetching all of them
+        // asked the memory for a block's weights at once, within a tile's time:
+        // `kernel_table --cold`, two alternating rounds, ResNet-50's 2048->512 at 7x7
+        // 1.10-1.11 -> 0.90-0.91 ms, 3x3 512->512 at 7x7 2.23-2.30 -> 1.93-2.06;
+        // MobileNetV2's 960->160 at 7x7 0.19 -> 0.17.)
         let next_weights = (t + 1 < tasks)
             .then(|| split(t + 1))
             .map(|(_, ng, nblk, _)| ng * blocks + nblk)
             .filter(|&next| next != gi * blocks + blk)
             .map(|next| wt[next * kdim * CR..].as_ptr());
+        // Tiles of one row each: the row's outputs in the task split into tiles of as
+        // equal sizes as can be. (Tiles of consecutive positions over the padded width
+        // summed the columns between rows too and dropped them: DeepLab's ASPP convs,
+        // of dilation 12 and 24, summed 24-33 positions per row of 9-15 outputs.
+        // `kernel_table` on a Zen 4, median of 3 alternating rounds against those:
+        // `deeplab_3x3d12_960to256_33` 0.81, `deeplab_3x3d24_960to256_33` 0.74,
+        // ResNet-50's 3x3 at 7x7 0.83, 14x14 0.90, 28x28 0.94, 56x56 0.97, stride 2
+        // 0.92-0.94; pointwise shapes within the noise.)
+        let mut tiles = Vec::new();
         let mut next = avx512_outputs.start;
         while next < avx512_outputs.end {
-            // Outputs `next ..` of one row: the row's outputs in the task split into
-            // tiles of as equal sizes as can be. (Tiles of consecutive positions over
-            // the padded width summed the columns between rows too and dropped them:
-            // DeepLab's ASPP convs, of dilation 12 and 24, summed 24-33 positions per
-            // row of 9-15 outputs. `kernel_table` on a Zen 4, median of 3 alternating
-            // rounds against those: `deeplab_3x3d12_960to256_33` 0.81,
-            // `deeplab_3x3d24_960to256_33` 0.74, ResNet-50's 3x3 at 7x7 0.83, 14x14
-            // 0.90, 28x28 0.94, 56x56 0.97, stride 2 0.92-0.94; pointwise shapes
-            // within the noise.)
-            let (row, col) = (next / lines.kept, next % lines.kept);
-            let left = (row * lines.kept + lines.kept).min(positions.end) - next;
+            let row_end = (next / lines.kept + 1) * lines.kept;
+            let left = row_end.min(positions.end) - next;
             let count = left.div_ceil(left.div_ceil(per_tile));
-            let first = next;
+            tiles.push((next, count));
             next += count;
-            written = Some((written.map_or(first, |w| w.0), next));
+        }
+        for (j, &(first, count)) in tiles.iter().enumerate() {
+            let (row, col) = (first / lines.kept, first % lines.kept);
+            written = Some((written.map_or(first, |w| w.0), first + count));
             let q0 = (row - row0) * lines.width + col;
-            let ahead = next_weights
-                .filter(|_| next == avx512_outputs.end)
-                .or((first == avx512_outputs.start).then(|| wg.as_ptr().wrapping_add(16 * CR)));
+            let ahead = (first == avx512_outputs.start).then(|| wg.as_ptr().wrapping_add(16 * CR));
+            let spread = next_weights.map(|w| avx512::Spread {
+                at: w.wrapping_add(j * CR),
+                every: tiles.len(),
+            });
             // SAFETY: AVX-512 was checked by `fits`/`fits_spatial`; the tile reads
             // `xg` at each row's offset plus the positions of outputs below
             // `positions.end` (inside the input, or the band filled for this task,
@@ -426,24 +436,24 @@ pub(crate) fn conv(
                     (false, None) => 1,
                 };
                 match (chans <= 16, xs_step) {
-                    (true, 1) => {
-                        avx512::tile::<1, { 2 * PR }, 1>(xg, rows, q0, count, wg, &start, to, ahead)
-                    }
+                    (true, 1) => avx512::tile::<1, { 2 * PR }, 1>(
+                        xg, rows, q0, count, wg, &start, to, ahead, spread,
+                    ),
                     (false, 1) => {
-                        avx512::tile::<2, PR, 1>(xg, rows, q0, count, wg, &start, to, ahead)
+                        avx512::tile::<2, PR, 1>(xg, rows, q0, count, wg, &start, to, ahead, spread)
                     }
-                    (true, 2) => {
-                        avx512::tile::<1, { 2 * PR }, 2>(xg, rows, q0, count, wg, &start, to, ahead)
-                    }
+                    (true, 2) => avx512::tile::<1, { 2 * PR }, 2>(
+                        xg, rows, q0, count, wg, &start, to, ahead, spread,
+                    ),
                     (false, 2) => {
-                        avx512::tile::<2, PR, 2>(xg, rows, q0, count, wg, &start, to, ahead)
+                        avx512::tile::<2, PR, 2>(xg, rows, q0, count, wg, &start, to, ahead, spread)
                     }
                     (true, _) => avx512::tile::<1, { 2 * PR }, 16>(
-                        xg, rows, q0, count, wg, &start, to, ahead,
+                        xg, rows, q0, count, wg, &start, to, ahead, spread,
                     ),
-                    (false, _) => {
-                        avx512::tile::<2, PR, 16>(xg, rows, q0, count, wg, &start, to, ahead)
-                    }
+                    (false, _) => avx512::tile::<2, PR, 16>(
+                        xg, rows, q0, count, wg, &start, to, ahead, spread,
+                    ),
                 }
             }
             #[cfg(not(target_arch = "x86_64"))]
@@ -933,6 +943,15 @@ mod avx512 {
         pub blocked: bool,
     }
 
+    /// Weight rows of another block to prefetch into L2 during a tile: at the tile's
+    /// weight row `r` with `r % every == 0`, row `r` from `at` (hints: any address
+    /// will do).
+    #[derive(Clone, Copy)]
+    pub(super) struct Spread {
+        pub at: *const f32,
+        pub every: usize,
+    }
+
     /// Positions `q0 .. q0 + count` (`count` ≤ `P`) × the block's first `16·V` output
     /// channels: sums over the weight rows (row `r` reads `x` at `rows[r] + q·XS`: `XS`
     /// is 16 for a blocked input, 1 otherwise; its
@@ -957,6 +976,7 @@ mod avx512 {
         start: &[f32; CR],
         to: Store,
         ahead: Option<*const f32>,
+        spread: Option<Spread>,
     ) {
         debug_assert!(V * P == 2 * PR && count <= P);
         let mut acc = [[_mm512_setzero_ps(); V]; P];
@@ -971,9 +991,22 @@ mod avx512 {
             }
             let (xp, wp) = (x.as_ptr().add(q0 * XS), wg.as_ptr());
             // Literal position counts keep the accumulators in registers.
+            // Without a spread, the countdown never reaches zero again.
+            let (spread_at, every, first_countdown) = spread
+                .map_or((std::ptr::null(), usize::MAX, usize::MAX), |s| {
+                    (s.at, s.every, 0)
+                });
             macro_rules! sums {
-                ($r:literal) => {
+                ($r:literal) => {{
+                    let mut countdown = first_countdown;
                     for (r, &off) in rows.iter().enumerate() {
+                        if countdown == 0 {
+                            let line = spread_at.wrapping_add(r * CR) as *const i8;
+                            _mm_prefetch::<_MM_HINT_T1>(line);
+                            _mm_prefetch::<_MM_HINT_T1>(line.wrapping_add(64));
+                            countdown = every;
+                        }
+                        countdown -= 1;
                         let mut w = [_mm512_setzero_ps(); V];
                         for (v, w) in w.iter_mut().enumerate() {
                             *w = _mm512_loadu_ps(wp.add(r * CR + 16 * v));
@@ -991,7 +1024,7 @@ mod avx512 {
                             }
                         }
                     }
-                };
+                }};
             }
             match count {
                 24.. => sums!(24),
