@@ -32,6 +32,8 @@ type PackedWeight = WeightCache<std::sync::OnceLock<Packed>>;
 /// A weight packed for the FMA kernels, or in bf16 parts for [`super::amx`].
 pub(crate) enum Packed {
     Fma(PackedB),
+    /// For products of one row.
+    Rows(super::gemv::PackedRows),
     #[cfg(target_arch = "x86_64")]
     Amx(super::amx::PackedB),
 }
@@ -41,6 +43,7 @@ impl Packed {
     fn matmul(&self, a: MatRef<f32>, m: usize, start: Start, y: &mut [f32]) {
         match self {
             Packed::Fma(b) => super::packed_gemm::matmul(a, m, b, start, y),
+            Packed::Rows(b) => b.matmul(a, m, start, y),
             #[cfg(target_arch = "x86_64")]
             Packed::Amx(b) => super::amx::matmul(a, m, b, start, y),
         }
@@ -51,9 +54,9 @@ impl Packed {
 const PACKED_MIN_WORK: usize = 1 << 16;
 
 /// A stable f32 weight `w` (`k × n`, or `n × k` when `w_transposed`) packed for the
-/// packed GEMM, once per weight tensor, for a product of `m` rows. `None` when that
-/// path does not apply: no AVX2 or AVX-512, a weight the session does not keep, a
-/// single row (MatMul streams it through [`vec_mat`]), or a small product. Nothing is
+/// packed GEMM, or for [`super::gemv`] for a single row, once per weight tensor, for a
+/// product of `m` rows. `None` when that path does not apply: no AVX2 or AVX-512, a
+/// weight the session does not keep, or a small product. Nothing is
 /// packed per run; the `gemm` crate packs both operands on every call (`kernel_table`,
 /// % of the FMA peak there -> here: BERT-base's 128x768x3072 77 -> 89, ViT-S/16's
 /// 197x384x1536 88 -> 92).
@@ -67,7 +70,7 @@ fn packed_weight(
     let wd = w.as_slice()?;
     let &[r, c] = w.shape() else { return None };
     let (k, n) = if w_transposed { (c, r) } else { (r, c) };
-    if m < 2 || m * n * k < PACKED_MIN_WORK {
+    if m == 0 || m * n * k < PACKED_MIN_WORK {
         return None;
     }
     let packed = weights.derived(wd.as_ptr())?;
@@ -77,6 +80,9 @@ fn packed_weight(
         } else {
             MatRef::row_major(wd, n)
         };
+        if m == 1 {
+            return Packed::Rows(super::gemv::PackedRows::new(wm, k, n));
+        }
         #[cfg(target_arch = "x86_64")]
         if super::amx::matmul_prefers(k, n) {
             return Packed::Amx(super::amx::PackedB::new(wm, k, n));

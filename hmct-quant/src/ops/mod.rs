@@ -23,6 +23,7 @@ pub(crate) mod dw_rows;
 pub(crate) mod elementwise;
 pub(crate) mod fastmath;
 pub(crate) mod gemm_util;
+pub(crate) mod gemv;
 pub(crate) mod matmul;
 pub(crate) mod misc;
 pub(crate) mod norm;
