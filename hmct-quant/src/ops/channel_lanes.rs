@@ -958,7 +958,8 @@ mod avx512 {
     /// weights at `wg[r·CR ..]`), starting from `start`, stored as `to` says. `V` is 2
     /// with `P` = 12 (a full block), or 1 with `P` = 24 (a block of up to 16
     /// channels): 24 accumulators either way. With `ahead`, each weight row's lines
-    /// at the same offset from `ahead` are prefetched (hints: any address will do).
+    /// at the same offset from `ahead` are prefetched (hints: any address will do);
+    /// with `spread`, some of another block's rows as [`Spread`] says.
     ///
     /// # Safety
     /// The CPU has AVX-512F; `x[rows[r] + q·XS]` is readable for every row and position;
@@ -990,12 +991,12 @@ mod avx512 {
                 *a = s;
             }
             let (xp, wp) = (x.as_ptr().add(q0 * XS), wg.as_ptr());
-            // Literal position counts keep the accumulators in registers.
             // Without a spread, the countdown never reaches zero again.
             let (spread_at, every, first_countdown) = spread
                 .map_or((std::ptr::null(), usize::MAX, usize::MAX), |s| {
                     (s.at, s.every, 0)
                 });
+            // Literal position counts keep the accumulators in registers.
             macro_rules! sums {
                 ($r:literal) => {{
                     let mut countdown = first_countdown;

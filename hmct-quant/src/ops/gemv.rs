@@ -86,6 +86,10 @@ fn panel_sums(a: &[f32], panel: &[f32], sums: &mut [f32; LANES]) {
     let fma = multiversion::target::target_cfg_f!(target_feature = "fma");
     let mut acc = *sums;
     for (kk, (&ak, line)) in a.iter().zip(panel.chunks_exact(LANES)).enumerate() {
+        // One line in four: the hardware prefetchers follow the stream within a page,
+        // and the hint carries them over the next pages. (Every line: ResNet-50's
+        // classifier 0.67 -> 0.69-0.71 ms, MobileNetV3's two 0.67-0.69 -> 0.74-0.81,
+        // `run --profile`, two alternating rounds.)
         if kk % 4 == 0 {
             prefetch(panel.as_ptr().wrapping_add(kk * LANES + AHEAD));
         }
