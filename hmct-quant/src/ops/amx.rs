@@ -1152,7 +1152,8 @@ fn pad_input(x: &[f32], planes: usize, g: &Win3) -> Vec<f32> {
 /// - pointwise with 32 or more input channels and 256 or more positions, or 196 or
 ///   more with 256 or more input and 128 or more output channels;
 /// - or spatial (2-D), with 64 or more values per output (input channels x taps) and
-///   196 or more positions, which then gather their windows straight into parts
+///   196 or more positions, and 128 or more output channels per group where the
+///   stride is 1, which then gather their windows straight into parts
 ///   ([`BSource::Windows`], or tap by tap where the taps mostly read padding).
 ///
 /// `kernel_table` (one thread, least of 10 runs, two alternating rounds against
@@ -1175,13 +1176,19 @@ fn pad_input(x: &[f32], planes: usize, g: &Win3) -> Vec<f32> {
 /// (YOLOv8n's 32->32 at 160x160 the same either way in a build with the threshold
 /// lowered), and stride-1 3x3 convs (Winograd: ResNet-50's 64->64 at 56x56 1.19 ->
 /// 1.53 and YOLOv8n's 80->80 at 80x80 3.26 -> 4.95 on AMX in a build that sent them
-/// here).
+/// here). Stride-1 convs of 64 output channels run faster on the FMA kernels, where
+/// converting their windows into parts serves only two blocks of 32 rows
+/// (`kernel_table --cold`, two rounds, here / `HMCT_AMX=0`): Inception-v3's 5x5 48->64
+/// at 35x35 1.26-1.36 / 0.95-1.06 ms, its 3x3 32->64 at 147x147 7.2-7.4 / 5.9-6.0 with
+/// Winograd off; strided ones do not (ResNet-50's 7x7 stem, 64 channels, 1.9-2.1
+/// here against 2.4).
 pub(crate) fn conv_prefers(g: &Win3, mg: usize, kdim: usize) -> bool {
     let pointwise = g.pointwise();
     let fits = if pointwise {
         kdim >= 32 && (g.out_vol() >= 256 || g.out_vol() >= 196 && kdim >= 256 && mg >= 128)
     } else {
-        g.input[0] == 1 && kdim >= 64 && g.out_vol() >= 196
+        let strided = g.stride.iter().any(|&st| st > 1);
+        g.input[0] == 1 && kdim >= 64 && g.out_vol() >= 196 && (strided || mg >= 4 * MB)
     };
     enabled() && mg >= 2 * MB && fits
 }

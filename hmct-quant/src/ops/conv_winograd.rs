@@ -39,7 +39,7 @@ const CHUNK_VALUES: usize = 1 << 13;
 const MIN_TILES: usize = 48;
 
 /// Whether [`conv`] runs this conv: 2-D, 3x3, stride 1, no dilation, pads not negative,
-/// one group, 32 or more input and output channels, and enough of them for the plane
+/// one group, 48 or more input and output channels, and enough of them for the plane
 /// ([`worth_it`]; with AVX-512 or AVX2, for the channel-lanes kernel), unless turned
 /// off.
 ///
@@ -51,6 +51,13 @@ const MIN_TILES: usize = 48;
 /// 40x40 0.78; 128->128 at 14x14 0.77; ResNet-50's 3x3 at 56x56 0.74, 28x28 0.68,
 /// 14x14 0.69; YOLO's 64->80 and 80->80 at 80x80 0.68, 80->80 at 40x40 0.72;
 /// the PP-OCRv4 head's 96->96 at 160x160 0.67.
+///
+/// On the Xeon with AVX-512 of session 41, 32 channels on either side no longer pay
+/// (`kernel_table --cold`, two rounds, ms, here / the direct kernels with AMX off):
+/// Inception-v3's 32->64 at 147x147 5.97-6.43 / 5.85-6.02, 32->64 at 80x80 1.75-1.79 /
+/// 1.63-1.71, MTCNN O-Net's 32->64 at 21x21 0.17 / 0.12, DenseNet-121's 128->32 at
+/// 28x28 0.45-0.46 / 0.39-0.42 (at 56x56 a tie); with 48 they still do (48->48 at 80x80
+/// 1.80-1.82 / 1.90-1.95).
 pub(crate) fn fits(g: &Win3, c: usize, m: usize, group: usize) -> bool {
     group == 1
         && g.input[0] == 1
@@ -59,8 +66,8 @@ pub(crate) fn fits(g: &Win3, c: usize, m: usize, group: usize) -> bool {
         && g.stride == [1; 3]
         && g.dil == [1; 3]
         && g.pad.iter().all(|&p| p >= 0)
-        && c >= 32
-        && m >= 32
+        && c >= 48
+        && m >= 48
         && worth_it(c * m, g.out_vol())
         && crate::cpu::conv_isa().is_some()
         && enabled()
@@ -684,7 +691,7 @@ mod tests {
             (2, 128, 130, win(13, 12, [1, 0, 2, 1])),
             (1, 64, 96, win(17, 30, [0; 4])),
             (1, 129, 130, win(10, 14, [2; 4])),
-            (1, 64, 32, win(40, 41, [1; 4])),
+            (1, 64, 48, win(40, 41, [1; 4])),
         ];
         for (variant, tolerance) in [(Variant::F2, 1e-5), (Variant::F4, 5e-5)] {
             let mut worst = 0.0f32;
