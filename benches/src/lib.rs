@@ -109,6 +109,12 @@ pub const CONV_SHAPES: &[ConvShape] = &[
     conv("r50_3x3_128_28", 128, 128, 1, 3, 1, 1, 28),
     conv("r50_3x3_256_14", 256, 256, 1, 3, 1, 1, 14),
     conv("r50_3x3_512_7", 512, 512, 1, 3, 1, 1, 7),
+    // Inception-v3's 3x3 at 147x147 and 5x5 at 35x35, DenseNet-121's 3x3 of 32 outputs:
+    // convs whose kernel choice session 41 moved (Winograd or AMX -> FMA).
+    conv("inc_3x3_32to64_147", 32, 64, 1, 3, 1, 1, 147),
+    conv("inc_5x5_48to64_35", 48, 64, 1, 5, 1, 2, 35),
+    conv("dn_3x3_128to32_56", 128, 32, 1, 3, 1, 1, 56),
+    conv("dn_3x3_128to32_28", 128, 32, 1, 3, 1, 1, 28),
     conv("r50_3x3s2_128_56", 128, 128, 1, 3, 2, 1, 56),
     conv("r50_3x3s2_256_28", 256, 256, 1, 3, 2, 1, 28),
     conv("r50_7x7s2_stem_3to64_224", 3, 64, 1, 7, 2, 3, 224),
