@@ -55,11 +55,12 @@ const PACKED_MIN_WORK: usize = 1 << 16;
 
 /// A stable f32 weight `w` (`k × n`, or `n × k` when `w_transposed`) packed for the
 /// packed GEMM, or for [`super::gemv`] for a single row, once per weight tensor, for a
-/// product of `m` rows. `None` when that path does not apply: no AVX2 or AVX-512, a
-/// weight the session does not keep, or a small product. Nothing is
-/// packed per run; the `gemm` crate packs both operands on every call (`kernel_table`,
-/// % of the FMA peak there -> here: BERT-base's 128x768x3072 77 -> 89, ViT-S/16's
-/// 197x384x1536 88 -> 92).
+/// product of `m` rows (the first call's `m` picks the layout; a later product of
+/// more rows on a single-row layout runs row by row). `None` when that path does not
+/// apply: no AVX2 or AVX-512, a weight the session does not keep, or a small product.
+/// Nothing is packed per run; the `gemm` crate packs both operands on every call
+/// (`kernel_table`, % of the FMA peak there -> here: BERT-base's 128x768x3072 77 -> 89,
+/// ViT-S/16's 197x384x1536 88 -> 92).
 fn packed_weight(
     weights: &PackedWeight,
     w: &ArrayD<f32>,
