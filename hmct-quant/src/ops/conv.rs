@@ -51,6 +51,8 @@ pub(crate) struct Derived {
     amx: std::sync::OnceLock<Vec<super::amx::PackedA>>,
     /// The weights transposed for [`super::channel_lanes`].
     transposed: std::sync::OnceLock<Vec<f32>>,
+    /// A conv on one position's weights in panels for [`super::gemv`].
+    rows: std::sync::OnceLock<super::gemv::PackedRows>,
     /// A depthwise conv's weights in blocks of channels for [`super::conv_dw`].
     depthwise: std::sync::OnceLock<Vec<f32>>,
     /// The weights' Winograd transforms for [`super::conv_winograd`].
@@ -444,16 +446,46 @@ pub(crate) fn conv_nd<T: Scalar>(
     }
     let mg = m / group;
     let one_per_group = cg == 1 && mg == 1 && k_vol > 1;
-    // Squeeze-excitation convs with many channels stream their weights from memory
-    // on every run: the channel-lanes kernel reads them as one run of packed panels,
-    // where the matrix-vector product (`single_position`) reads four rows at a time.
-    // MobileNetV3's SE convs (`run --profile`, alternating runs): 0.68 -> 0.54 ms per
-    // run. Other convs on one position run as that product, whose sums the blocked
-    // kernels do not give.
-    let single = in_vol == 1
-        && out_vol == 1
-        && k_vol == 1
-        && !(f32_slice(x).is_some() && super::channel_lanes::fits(&g3, mg, cg));
+    // A 1x1 conv on one position (the convs of squeeze-excitation blocks) reads each
+    // weight once: its speed is the speed at which the weights stream from memory,
+    // which `gemv` reads as one run of packed panels, four sums per input value.
+    // MobileNetV3's SE convs (`sh tools/ab_classes.sh 3`, least ms per run): 0.338 on
+    // the channel-lanes kernel (one sum per tile lane, two vectors) and
+    // `single_position` -> 0.286.
+    let one_position = in_vol == 1 && out_vol == 1 && k_vol == 1;
+    if one_position
+        && group == 1
+        && !layouts.input
+        && crate::cpu::conv_isa().is_some()
+        && let (Some(xf), Some(wf)) = (f32_slice(x), f32_slice(w))
+    {
+        let wm = MatRef {
+            data: wf,
+            rs: 1,
+            cs: c,
+        };
+        let pack = || super::gemv::PackedRows::new(wm, c, m);
+        let mut fresh = None;
+        let packed = kept_or_fresh(derived.map(|d| &d.rows), &mut fresh, pack);
+        let mut y = crate::buffers::take::<T>(n * m);
+        let yf = f32_slice_mut(&mut y).expect("T is f32, as x is");
+        let start = match bias.and_then(f32_slice) {
+            Some(b) => {
+                yf.chunks_exact_mut(m)
+                    .for_each(|row| row.copy_from_slice(b));
+                super::packed_gemm::Start::Output
+            }
+            None => super::packed_gemm::Start::Zero,
+        };
+        packed.matmul(MatRef::row_major(xf, c), n, start, yf);
+        apply_tail(tail, yf);
+        return Ok((y, shape, tail_ran));
+    }
+    // Other convs on one position (grouped, blocked or not f32) run on the
+    // channel-lanes kernel where it fits, else as the matrix-vector product
+    // `single_position`, whose sums the blocked kernels do not give.
+    let single =
+        one_position && !(f32_slice(x).is_some() && super::channel_lanes::fits(&g3, mg, cg));
     // From an NCHW input, a depthwise conv that `dw_rows` runs faster stays there.
     if one_per_group && !layouts.input && !super::conv_dw::fits(&g3) {
         layouts.output = false;
@@ -2034,6 +2066,52 @@ impl Kernel for ConvTransposeKernel {
 
 #[cfg(test)]
 mod tests {
+    /// A 1x1 conv of one group on one position (the `gemv` path) sums each output in
+    /// order of the input channels from its bias, with fused multiply-adds: batches, a
+    /// partial panel of 64 outputs, with and without a bias.
+    #[test]
+    fn one_position_sums_in_order_from_the_bias() {
+        // The gemv path needs AVX2 and FMA (or AVX-512), whose products are fused.
+        if crate::cpu::conv_isa().is_none() {
+            return;
+        }
+        let values = super::super::conv_direct::tests::values;
+        let attrs = super::WindowAttrs {
+            auto_pad: super::AutoPad::NotSet,
+            kernel_shape: None,
+            strides: None,
+            dilations: None,
+            pads: None,
+        };
+        for (n, c, m) in [(1, 960, 240), (2, 24, 72), (3, 7, 130)] {
+            let x = values(n * c, c as u64);
+            let w = values(m * c, m as u64);
+            let bias = values(m, 7);
+            for b in [None, Some(&bias[..])] {
+                let (got, shape, _) = super::conv_nd(
+                    &x,
+                    &[n, c, 1, 1],
+                    &w,
+                    &[m, c, 1, 1],
+                    b,
+                    &attrs,
+                    1,
+                    None,
+                    None,
+                    super::Layouts::default(),
+                )
+                .unwrap();
+                assert_eq!(shape, [n, m, 1, 1]);
+                for (j, a) in got.iter().enumerate() {
+                    let (bi, mo) = (j / m, j % m);
+                    let start = b.map_or(0.0f32, |b| b[mo]);
+                    let want = (0..c).fold(start, |s, k| x[bi * c + k].mul_add(w[mo * c + k], s));
+                    assert_eq!(a.to_bits(), want.to_bits(), "{n}x{c}->{m}, output {j}");
+                }
+            }
+        }
+    }
+
     /// Four outputs side by side give each output the sums of one at a time: eight
     /// running sums over the input channels, folded, then the channels left over,
     /// then the bias. Groups, batches, a partial group of four and leftover channels.

@@ -1,6 +1,7 @@
 //! f32 vector × matrix products with a constant matrix: a classifier's Gemm or MatMul
-//! on one row (`1 × k` by `k × n`), which reads each weight once, so its speed is the
-//! speed at which the weight streams from memory.
+//! on one row (`1 × k` by `k × n`), or a 1x1 conv on one position (squeeze-excitation
+//! blocks), which reads each weight once, so its speed is the speed at which the
+//! weight streams from memory.
 //!
 //! The weight is packed once into panels of [`LANES`] columns, each column's `k`
 //! values interleaved with its panel's (`k` lines of 64 values), so that a product
@@ -22,8 +23,11 @@ use super::packed_gemm::Start;
 
 /// Columns per panel: four AVX-512 vectors (eight AVX2 ones) of independent sums.
 const LANES: usize = 64;
-/// Weight values from which a product splits its panels across threads.
-const PARALLEL_VALUES: usize = 1 << 18;
+/// Weight values from which a product splits its panels across threads: streaming
+/// them takes longer than a task's handoff. (At 1 << 18, MobileNetV3's SE convs, of
+/// 230,400 values at most, ran on one thread: `run --profile --threads 2`, 0.21-0.22
+/// ms per run on the channel-lanes kernel, 0.25-0.27 here, 0.20-0.22 at 1 << 16.)
+const PARALLEL_VALUES: usize = 1 << 16;
 /// How far ahead of the line it reads a product prefetches the weight (values).
 const AHEAD: usize = 4096;
 
