@@ -265,3 +265,46 @@ proptest! {
         }
     }
 }
+
+/// Stride-1 2-D pools whose output has the input's shape (Inception-v3's 3x3 pools
+/// padded by 1, which AVX-512 runs as masked loads over the flat plane): rows of 35,
+/// 17 and 8 (vectors of 16 outputs across row ends), one row, one column, uneven pads
+/// and a dilated kernel, with and without the padding counted.
+#[test]
+fn same_shape_average_pools_match_reference() {
+    let cases = [
+        ([35, 35], [3, 3], [1, 1], [1, 1, 1, 1]),
+        ([17, 17], [3, 3], [1, 1], [1, 1, 1, 1]),
+        ([8, 8], [3, 3], [1, 1], [1, 1, 1, 1]),
+        ([1, 40], [3, 3], [1, 1], [1, 1, 1, 1]),
+        ([23, 1], [3, 3], [1, 1], [1, 1, 1, 1]),
+        ([9, 13], [2, 4], [1, 1], [0, 2, 1, 1]),
+        ([12, 19], [3, 3], [2, 2], [2, 2, 2, 2]),
+        ([6, 7], [5, 5], [1, 1], [2, 2, 2, 2]),
+    ];
+    for (input, kernel, dil, pads) in cases {
+        let c = Case {
+            input: input.to_vec(),
+            channels: 3,
+            kernel: kernel.to_vec(),
+            stride: vec![1, 1],
+            dil: dil.to_vec(),
+            pads: pads.to_vec(),
+            ceil: false,
+            seed: 7,
+        };
+        let shape = [1, c.channels, input[0], input[1]];
+        let data = inexact_values(shape.iter().product(), c.seed);
+        let x = Tensor::from_f32(&shape, data.clone()).unwrap();
+        for include_pad in [false, true] {
+            let want = average_reference(&c, &data, include_pad);
+            let Tensor::F32(got) = average_pool(&c, &x, include_pad) else {
+                panic!("AveragePool of f32 gave another type")
+            };
+            assert_eq!(got.shape(), &shape[..], "{c:?}");
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(g.to_bits(), w.to_bits(), "output {i} of {c:?}: {g} vs {w}");
+            }
+        }
+    }
+}

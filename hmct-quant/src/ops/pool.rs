@@ -99,7 +99,9 @@ fn taps(g: &Win3, pe: &[usize; 3], a: usize, o: usize) -> (Vec<usize>, usize) {
 /// Average pooling. Each output is `(0 + Σ x) / count`, the sum over its window's taps
 /// inside the data in row-major order (`count`: those taps, or with
 /// `count_include_pad` the taps inside the padded extent): f32 2-D windows with
-/// AVX-512 through phase planes ([`avg_pool_phases`]), others blocks of a row's outputs
+/// AVX-512 as masked loads over the flat plane where the output has the input's shape
+/// at stride 1 ([`avg_pool_same`]), else through phase planes ([`avg_pool_phases`]);
+/// others blocks of a row's outputs
 /// at a time ([`avg_planes`]). A loop per output over its own taps took Inception-v3's
 /// nine 3x3 average pools 21.7 ms against onnxruntime's 0.6.
 fn avg_pool<T: num_traits::Float + Default + Send + Sync + 'static>(
@@ -141,7 +143,11 @@ fn avg_pool<T: num_traits::Float + Default + Send + Sync + 'static>(
         && let (Some(xf), Some(divf)) = (f32_slice(x), f32_slice(&divisors))
     {
         let yf = f32_slice_mut(&mut y).expect("T is f32, as x is");
-        avg_pool_phases(xf, yf, g, divf, per_task);
+        if g.stride == [1; 3] && g.out == g.input {
+            avg_pool_same(xf, yf, g, divf, per_task);
+        } else {
+            avg_pool_phases(xf, yf, g, divf, per_task);
+        }
         return y;
     }
     let task = |(t, out): (usize, &mut [T])| {
@@ -205,6 +211,99 @@ fn avg_pool_phases(x: &[f32], y: &mut [f32], g: &Win3, divisors: &[f32], per_tas
     };
     let parallel = y.len() * g.k_vol() >= 1 << 16;
     for_chunks_with_scratch(y, out_vol * per_task, parallel, task);
+}
+
+/// [`avg_pool`] for f32 planes of 2-D windows of stride 1 whose output has the
+/// input's shape (Inception-v3's 3x3 pools, padded by 1), with AVX-512: a vector holds
+/// 16 consecutive outputs of the flat plane, across row ends, and each tap is one
+/// masked load at the tap's flat offset, its lanes outside the input (padding, or
+/// another row) read as +0. No copy of the plane: the phase planes' path copied each
+/// plane in and, on rows narrower than the padded ones, the outputs back out, row by
+/// row (two short copies per row of a 17x17 or 35x35 plane). Inception-v3's nine
+/// pools (`sh tools/ab_classes.sh 3`, least ms per run): 1.49-1.53 -> 1.05-1.08
+/// (onnxruntime, on NCHWc data: 0.62). The same taps in the same order from +0 as
+/// [`avg_planes`]: the same bits.
+#[cfg(target_arch = "x86_64")]
+fn avg_pool_same(x: &[f32], y: &mut [f32], g: &Win3, divisors: &[f32], per_task: usize) {
+    let [_, ih, iw] = g.input;
+    let plane = g.out_vol();
+    let taps: Vec<(isize, isize)> = (0..g.kernel[1])
+        .flat_map(|kh| (0..g.kernel[2]).map(move |kw| (kh, kw)))
+        .map(|(kh, kw)| {
+            let dh = (kh * g.dil[1]) as isize - g.pad[1];
+            (dh, (kw * g.dil[2]) as isize - g.pad[2])
+        })
+        .collect();
+    let offsets: Vec<isize> = taps.iter().map(|&(dh, dw)| dh * iw as isize + dw).collect();
+    // Per vector of outputs, per tap: the lanes whose tap lies inside the input.
+    let vectors = plane.div_ceil(16);
+    let mut masks = vec![0u16; vectors * taps.len()];
+    for p in 0..plane {
+        let (h, w) = ((p / iw) as isize, (p % iw) as isize);
+        for (t, &(dh, dw)) in taps.iter().enumerate() {
+            let inside =
+                (0..ih as isize).contains(&(h + dh)) && (0..iw as isize).contains(&(w + dw));
+            masks[p / 16 * taps.len() + t] |= u16::from(inside) << (p % 16);
+        }
+    }
+    let task = |_: &mut (), (t, out): (usize, &mut [f32])| {
+        for (i, out) in out.chunks_exact_mut(plane).enumerate() {
+            let src = &x[(t * per_task + i) * plane..][..plane];
+            // SAFETY: the CPU has AVX-512F (the caller checked); the masks set only
+            // lanes whose taps lie inside the plane, of outputs inside it.
+            unsafe {
+                match offsets.len() {
+                    9 => avg_same_plane_avx512::<9>(src, &offsets, &masks, divisors, out),
+                    _ => avg_same_plane_avx512::<0>(src, &offsets, &masks, divisors, out),
+                }
+            }
+        }
+    };
+    let parallel = y.len() * g.k_vol() >= 1 << 16;
+    for_chunks_with_scratch(y, plane * per_task, parallel, task);
+}
+
+/// One plane of [`avg_pool_same`]: `dst[p] = (+0 + Σ_t x[p + offsets[t]]) /
+/// divisors[p]` over the taps in order, the lanes outside vector `v`'s mask of tap
+/// `t` (`masks[v·taps + t]`) adding +0 (zero where the divisor is zero). `T` is the
+/// number of taps, unrolled, or 0 for any number.
+///
+/// # Safety
+/// The CPU has AVX-512F; each mask sets only lanes `p` with `p + offset` inside `x`
+/// and `p` inside `dst` and `divisors`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn avg_same_plane_avx512<const T: usize>(
+    x: &[f32],
+    offsets: &[isize],
+    masks: &[u16],
+    divisors: &[f32],
+    dst: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let plane = dst.len();
+    let taps = if T == 0 { offsets.len() } else { T };
+    assert!(offsets.len() == taps && masks.len() == plane.div_ceil(16) * taps);
+    assert!(x.len() >= plane && divisors.len() >= plane);
+    for (v, masks) in masks.chunks_exact(taps).enumerate() {
+        let p = 16 * v;
+        let mut sums = _mm512_setzero_ps();
+        for t in 0..taps {
+            // Masked-off lanes neither read nor fault, wherever they point.
+            let at = x.as_ptr().wrapping_offset(p as isize + offsets[t]);
+            // SAFETY: the lanes the mask sets lie inside `x` (the caller vouched).
+            let tap = unsafe { _mm512_maskz_loadu_ps(masks[t], at) };
+            sums = _mm512_add_ps(sums, tap);
+        }
+        let kept = (((1u32 << (plane - p).min(16)) - 1) & 0xffff) as __mmask16;
+        // SAFETY: `kept` lanes lie inside `divisors` and `dst`.
+        unsafe {
+            let c = _mm512_maskz_loadu_ps(kept, divisors.as_ptr().add(p));
+            let nonzero = _mm512_mask_cmp_ps_mask::<_CMP_NEQ_UQ>(kept, c, _mm512_setzero_ps());
+            let q = _mm512_maskz_div_ps(nonzero, sums, c);
+            _mm512_mask_storeu_ps(dst.as_mut_ptr().add(p), kept, q);
+        }
+    }
 }
 
 /// `dst[p] = (+0 + Σ_t split[t + p]) / divisors[p]` over the taps `t` in order (zero
