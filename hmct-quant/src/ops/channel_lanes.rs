@@ -56,7 +56,8 @@ const TASK_POSITIONS: usize = 32 * PR;
 /// Whether [`conv`] runs this conv here: a pointwise conv (1x1, stride 1, no pads)
 /// with 16 or more input channels; with AVX-512, 32 or more output channels per group
 /// on a plane of fewer than 1024 positions with 64 or more input channels, or with
-/// 128 or more input channels; with AVX2 only, 16 or more output channels on a plane
+/// 128 or more input channels and output channels per group a multiple of 32; with
+/// AVX2 only, 16 or more output channels on a plane
 /// of at most [`AVX2_SMALL_PLANE`] positions, or fewer than 2048 with 128 or more
 /// input channels.
 ///
@@ -79,9 +80,15 @@ const TASK_POSITIONS: usize = 32 * PR;
 /// MobileNetV3's 40->240 at 28x28 0.85; with 64 (64->384 at 14x14) 1.02 and more
 /// this kernel wins: 96->576 at 14x14 1.09, 192->32 at 28x28 1.15, 576->96 1.28,
 /// 960->160 at 7x7 1.32, ResNet-50's 1024->256 at 14x14 1.35.
+///
+/// On larger planes, a last block of 16 channels (its tiles of 24 outputs × 16
+/// channels need a broadcast per multiply-add) lost to the packed GEMM: Inception-v3's
+/// 192->48, 256->48 and 288->48 at 35x35 (`run --profile`, least of 3 alternating
+/// rounds, ms, here -> packed GEMM) 0.272 -> 0.227, 0.315 -> 0.251, 0.391 -> 0.290,
+/// where its 64-channel neighbours moved within the noise (2-7%).
 pub(crate) fn fits(g: &Win3, mg: usize, cg: usize) -> bool {
     let faster_here = match crate::cpu::conv_isa() {
-        Some(Isa::Avx512) => g.out_vol() < 1024 && cg >= 64 || cg >= 128,
+        Some(Isa::Avx512) => g.out_vol() < 1024 && cg >= 64 || cg >= 128 && mg.is_multiple_of(CR),
         Some(Isa::Avx2Fma) => {
             let plane = g.out_vol();
             plane <= AVX2_SMALL_PLANE || plane < 2048 && cg >= 128
