@@ -448,10 +448,12 @@ pub(crate) fn conv_nd<T: Scalar>(
     let one_per_group = cg == 1 && mg == 1 && k_vol > 1;
     // A 1x1 conv on one position (the convs of squeeze-excitation blocks) reads each
     // weight once: its speed is the speed at which the weights stream from memory,
-    // which `gemv` reads as one run of packed panels, four sums per input value.
-    // MobileNetV3's SE convs (`sh tools/ab_classes.sh 3`, least ms per run): 0.338 on
-    // the channel-lanes kernel (one sum per tile lane, two vectors) and
-    // `single_position` -> 0.286.
+    // which `gemv` reads as one run of packed panels, four vectors of sums per input
+    // value (the channel-lanes kernel, which ran those with 32+ outputs and 64+
+    // inputs, kept two; `single_position`, the others, reads four weight rows at a
+    // time). MobileNetV3's SE convs (`sh tools/ab_classes.sh`, least ms per run):
+    // 0.338 -> 0.286 (3 rounds), 0.376 -> 0.341 (6 rounds, a busier hour of the
+    // host); one 4-round run came out equal.
     let one_position = in_vol == 1 && out_vol == 1 && k_vol == 1;
     if one_position
         && group == 1
