@@ -45,9 +45,12 @@ const HALF_BLOCK_PLANE: usize = 4096;
 /// Multiply-adds below which a conv runs on the calling thread.
 const SERIAL_WORK: usize = 1 << 20;
 /// Packed weights (values) from which a conv runs in parallel whatever its
-/// multiply-adds: streaming them from memory takes longer than their arithmetic
-/// (MobileNetV3's squeeze-excitation convs, a megabyte for one output position; at 2
-/// threads, `run --profile`, 0.064-0.081 -> 0.024-0.042 ms per conv).
+/// multiply-adds: streaming them from memory takes longer than their arithmetic.
+/// Measured on MobileNetV3's squeeze-excitation convs, a megabyte for one output
+/// position, which ran here until session 42 (at 2 threads, `run --profile`,
+/// 0.064-0.081 -> 0.024-0.042 ms per conv); convs on one position now run on
+/// [`super::gemv`], which splits from the same count, and this serves convs on a few
+/// positions with large weights (SSDlite's extra layers on 3x3 and 2x2 maps).
 const PARALLEL_WEIGHTS: usize = 1 << 16;
 /// Positions per task (whole tiles), so that large planes with few output channels
 /// still split into tasks. Fixed, so tasks never depend on threads.

@@ -24,7 +24,8 @@ use super::packed_gemm::Start;
 /// Columns per panel: four AVX-512 vectors (eight AVX2 ones) of independent sums.
 const LANES: usize = 64;
 /// Weight values from which a product splits its panels across threads: streaming
-/// them takes longer than a task's handoff. (At 1 << 18, MobileNetV3's SE convs, of
+/// them takes longer than a task's handoff (the channel-lanes kernel's
+/// `PARALLEL_WEIGHTS`, for the same reason). (At 1 << 18, MobileNetV3's SE convs, of
 /// 230,400 values at most, ran on one thread: `run --profile --threads 2`, 0.21-0.22
 /// ms per run on the channel-lanes kernel, 0.25-0.27 here, 0.20-0.22 at 1 << 16.)
 const PARALLEL_VALUES: usize = 1 << 16;
