@@ -488,6 +488,7 @@ impl Tail<'_> {
                 Step::Gelu { g, .. } => map_block(block, |x| step::gelu_one(*g, x)),
                 // What `act_block` runs on its copy of the input.
                 Step::Act { act, .. } => step::map_in_place(*act, block),
+                Step::Relu { .. } => map_block(block, step::relu),
                 Step::Quant { .. } => quantize(self.quants[k], block),
                 _ => unreachable!("InPlace::Direct is set for these steps only"),
             }
@@ -520,10 +521,15 @@ enum InPlace {
     /// the block, one step after the other ([`Tail::steps_in_place`]), no registers.
     /// From two copies per block, a 14x14x672 depthwise conv of MobileNetV3 with its
     /// HardSwish tail took 0.19-0.20 ms; straight over it, 0.14-0.15.
-    /// Not a Relu: LLVM turns `v = if v < 0 { 0 } else { v }` in place into masked
-    /// stores of the zeros (`vmaskmovps` with AVX2), which on AMD's Zen 3 made a Relu
-    /// tail four times the cost of the standalone Relu (RegNet-Y: 5.7% of the run
-    /// against 1.6%); from a copy of the block it compiles to plain stores.
+    /// A Relu only where the CPU has AVX-512: LLVM turns `v = if v < 0 { 0 } else { v }`
+    /// in place into masked stores of the zeros, which with AVX2 (`vmaskmovps`) on
+    /// AMD's Zen 3 made a Relu tail four times the cost of the standalone Relu
+    /// (RegNet-Y: 5.7% of the run against 1.6%), so there it runs from a copy of the
+    /// block, which compiles to plain stores. AVX-512's masked stores are not slow, and
+    /// the copy (a `memcpy` call per block) was most of the tail: MobileNetV3's 16->64
+    /// conv at 112x112 with its Relu took 0.34-0.36 ms from the copy, 0.28-0.30
+    /// straight over it, and 0.25-0.28 without the Relu (`run --profile` of the two
+    /// nodes alone, three alternating rounds).
     Direct,
     /// The last step reads the input, which it overwrites: from a copy of each block.
     FromCopy,
@@ -548,6 +554,7 @@ impl InPlace {
                 | Step::Gelu { src, .. }
                 | Step::Quant { src, .. } => *src == value,
                 Step::Act { src, act } => *src == value && step::f32_slice_kernel(*act).is_none(),
+                Step::Relu { src } => *src == value && crate::cpu::features().avx512f,
                 _ => false,
             };
             direct &= maps_value;
