@@ -1152,9 +1152,10 @@ fn pad_input(x: &[f32], planes: usize, g: &Win3) -> Vec<f32> {
 /// - pointwise with 32 or more input channels and 256 or more positions, or 196 or
 ///   more with 256 or more input and 128 or more output channels;
 /// - or spatial (2-D), with 64 or more values per output (input channels x taps) and
-///   196 or more positions, and 128 or more output channels per group where the
-///   stride is 1, which then gather their windows straight into parts
-///   ([`BSource::Windows`], or tap by tap where the taps mostly read padding).
+///   196 or more positions, and 128 or more output channels per group, or fewer
+///   input channels than 16 at a stride (stems), which then gather their windows
+///   straight into parts ([`BSource::Windows`], or tap by tap where the taps mostly
+///   read padding).
 ///
 /// `kernel_table` (one thread, least of 10 runs, two alternating rounds against
 /// `HMCT_AMX=0`): ResNet-50's 1x1 64->256 at 56x56 0.70-0.72 -> 0.46-0.48 ms, 512->128
@@ -1181,14 +1182,21 @@ fn pad_input(x: &[f32], planes: usize, g: &Win3) -> Vec<f32> {
 /// (`kernel_table --cold`, two rounds, here / `HMCT_AMX=0`): Inception-v3's 5x5 48->64
 /// at 35x35 1.26-1.36 / 0.95-1.06 ms, its 3x3 32->64 at 147x147 7.2-7.4 / 5.9-6.0 with
 /// Winograd off; strided ones do not (ResNet-50's 7x7 stem, 64 channels, 1.9-2.1
-/// here against 2.4).
+/// here against 2.4). With 16 or more input channels the FMA kernels win at a
+/// stride too (YOLOv8n's 3x3 stride-2 convs alone, `run --profile` of a one-node
+/// model, three alternating rounds: 32->64 from 160x160 1.93-2.22 ms here, 1.68-1.91
+/// there; 64->64 from 80x80 0.93-1.08, 0.90-0.94).
 pub(crate) fn conv_prefers(g: &Win3, mg: usize, kdim: usize) -> bool {
     let pointwise = g.pointwise();
     let fits = if pointwise {
         kdim >= 32 && (g.out_vol() >= 256 || g.out_vol() >= 196 && kdim >= 256 && mg >= 128)
     } else {
         let strided = g.stride.iter().any(|&st| st > 1);
-        g.input[0] == 1 && kdim >= 64 && g.out_vol() >= 196 && (strided || mg >= 4 * MB)
+        let few_inputs = kdim / g.k_vol() < 16;
+        g.input[0] == 1
+            && kdim >= 64
+            && g.out_vol() >= 196
+            && (mg >= 4 * MB || strided && few_inputs)
     };
     enabled() && mg >= 2 * MB && fits
 }
