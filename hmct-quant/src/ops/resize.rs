@@ -536,7 +536,99 @@ fn resize_axis<T: Sample>(
     y
 }
 
+/// `planes` planes of `h × w` resized by nearest taps on both axes (`rows` and `cols`,
+/// source indices per output row and column) in one pass: each output row is
+/// gathered once from its source row, or copied from the output row before it when
+/// both read the same source row. Axis by axis, a 2x upsample gathered a plane twice
+/// the input's size and then copied every row of it: YOLOv8n's two upsamples took
+/// 0.85 ms per run together, onnxruntime's 0.42; gathered through indices in one
+/// pass 0.63-0.70, repeating each value without indices 0.50-0.52 (`run --profile`,
+/// three alternating rounds).
+fn nearest_planes<T: Sample>(
+    x: &[T],
+    planes: usize,
+    h: usize,
+    w: usize,
+    rows: &[usize],
+    cols: &[usize],
+) -> Vec<T> {
+    let (oh, ow) = (rows.len(), cols.len());
+    // Each source column `f` times in order (an integer upsample): no indices.
+    let repeat = (ow.is_multiple_of(w) && cols.iter().enumerate().all(|(j, &c)| c == j / (ow / w)))
+        .then_some(ow / w);
+    // Every element is written below.
+    let mut y: Vec<T> = crate::buffers::take(planes * oh * ow);
+    let plane = |(p, yp): (usize, &mut [T])| {
+        let xp = &x[p * h * w..][..h * w];
+        for (j, &i) in rows.iter().enumerate() {
+            let (before, rest) = yp.split_at_mut(j * ow);
+            let row = &mut rest[..ow];
+            if j > 0 && rows[j - 1] == i {
+                row.copy_from_slice(&before[(j - 1) * ow..]);
+            } else {
+                let src = &xp[i * w..][..w];
+                match repeat {
+                    Some(2) => {
+                        for (pair, &v) in row.chunks_exact_mut(2).zip(src) {
+                            pair[0] = v;
+                            pair[1] = v;
+                        }
+                    }
+                    Some(f) => {
+                        for (run, &v) in row.chunks_exact_mut(f).zip(src) {
+                            run.fill(v);
+                        }
+                    }
+                    None => {
+                        for (v, &c) in row.iter_mut().zip(cols) {
+                            *v = src[c];
+                        }
+                    }
+                }
+            }
+        }
+    };
+    let chunk = (oh * ow).max(1);
+    if y.len() < (1 << 16) || !crate::par::enabled() {
+        y.chunks_mut(chunk).enumerate().for_each(plane);
+    } else {
+        y.par_chunks_mut(chunk).enumerate().for_each(plane);
+    }
+    y
+}
+
 impl ResizeKernel {
+    /// The source rows and columns of a resize whose last two axes change by nearest
+    /// taps alone (an upsample of feature maps), for [`nearest_planes`].
+    fn nearest_plane(
+        &self,
+        xs: &[usize],
+        out: &[usize],
+        scales: &[f64],
+        roi: &[(f64, f64)],
+    ) -> Option<(Vec<usize>, Vec<usize>)> {
+        let n = xs.len();
+        if n < 2 || self.mode != Mode::Nearest || self.coord == Coord::TfCropAndResize {
+            return None;
+        }
+        if xs[n - 2] == 0
+            || xs[n - 1] == 0
+            || (n - 2..n).any(|a| out[a] == xs[a] && scales[a] == 1.0)
+        {
+            return None;
+        }
+        let sources = |a: usize| -> Option<Vec<usize>> {
+            let taps = self.axis_taps(xs[a], out[a], scales[a], roi[a]);
+            taps.iter()
+                .map(|t| match t {
+                    Taps::One(i) => Some(*i),
+                    _ => None,
+                })
+                .collect()
+        };
+        Some((sources(n - 2)?, sources(n - 1)?))
+    }
+
     fn resize<T: Sample>(
         &self,
         x: &[T],
@@ -549,7 +641,16 @@ impl ResizeKernel {
         // the previous one's result, whose buffer then goes back to the pool.
         let mut data: Option<Vec<T>> = None;
         let mut shape = xs.to_vec();
-        for ax in (0..xs.len()).rev() {
+        let mut axes = xs.len();
+        if let Some((rows, cols)) = self.nearest_plane(xs, out, scales, roi) {
+            let (h, w) = (xs[axes - 2], xs[axes - 1]);
+            let planes: usize = xs[..axes - 2].iter().product();
+            data = Some(nearest_planes(x, planes, h, w, &rows, &cols));
+            shape[axes - 2] = out[axes - 2];
+            shape[axes - 1] = out[axes - 1];
+            axes -= 2;
+        }
+        for ax in (0..axes).rev() {
             let unchanged =
                 out[ax] == xs[ax] && scales[ax] == 1.0 && self.coord != Coord::TfCropAndResize;
             if unchanged {
@@ -611,5 +712,62 @@ impl Kernel for ResizeKernel {
             other => return Err(OpError::unsupported(format!("Resize on {}", other.dtype()))),
         };
         Ok(vec![y])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kernel(coord: Coord, nearest: Nearest) -> ResizeKernel {
+        ResizeKernel {
+            mode: Mode::Nearest,
+            coord,
+            nearest,
+            cubic_a: -0.75,
+            exclude_outside: false,
+            extrapolation: 0.0,
+            antialias: false,
+            axes: None,
+            policy: AspectPolicy::Stretch,
+            attr_scales: None,
+            legacy_inputs: false,
+        }
+    }
+
+    /// Nearest resizes of the last two axes in one pass give the axis-by-axis result:
+    /// integer upsamples (the repeat path), fractional scales and downsamples (the
+    /// index path), under each rounding of coordinates.
+    #[test]
+    fn nearest_planes_match_axis_by_axis() {
+        let xs = [2usize, 3, 5, 7];
+        let x: Vec<f32> = (0..xs.iter().product::<usize>())
+            .map(|i| i as f32 * 0.5 - 9.0)
+            .collect();
+        let modes = [
+            (Coord::Asymmetric, Nearest::Legacy),
+            (Coord::Asymmetric, Nearest::Floor),
+            (Coord::HalfPixel, Nearest::RoundPreferFloor),
+            (Coord::HalfPixel, Nearest::RoundPreferCeil),
+            (Coord::AlignCorners, Nearest::Ceil),
+            (Coord::PytorchHalfPixel, Nearest::RoundPreferFloor),
+        ];
+        let mut fused_runs = 0;
+        for (coord, nearest) in modes {
+            let k = kernel(coord, nearest);
+            for (sh, sw) in [(2.0, 2.0), (3.0, 2.0), (1.5, 2.5), (0.6, 0.5), (2.0, 0.75)] {
+                let out = [2, 3, (5.0 * sh) as usize, (7.0 * sw) as usize];
+                let scales = [1.0, 1.0, sh, sw];
+                let roi = [(0.0, 1.0); 4];
+                let got = k.resize(&x, &xs, &out, &scales, &roi);
+                fused_runs += k.nearest_plane(&xs, &out, &scales, &roi).is_some() as usize;
+                let taps_w = k.axis_taps(7, out[3], sw, roi[3]);
+                let by_w = resize_axis(&x, 2 * 3 * 5, 7, 1, &taps_w, 0.0);
+                let taps_h = k.axis_taps(5, out[2], sh, roi[2]);
+                let want = resize_axis(&by_w, 2 * 3, 5, out[3], &taps_h, 0.0);
+                assert_eq!(got, want, "{coord:?} {nearest:?} scales {sh} x {sw}");
+            }
+        }
+        assert_eq!(fused_runs, 30, "every case above takes the one-pass path");
     }
 }
