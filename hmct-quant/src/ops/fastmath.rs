@@ -120,7 +120,7 @@ pub(crate) fn exp_slice(x: &[f32], y: &mut [f32]) {
 /// Where `-v` lies in `LO..=-LO` the exponent `n` is in -126..=126, so the overflow
 /// handling of `exp_f32` (a clamp, a compare and a doubling) and its range checks drop
 /// out: a SiLU, the tail of most of EfficientNet-B0's and YOLOv8n's convs, went from 26
-/// to 22 vector instructions, and the whole runs 2-4% and 1-2% faster (`sh
+/// to 23 vector instructions (one for the NaN case below), and the whole runs 2-4% and 1-2% faster (`sh
 /// tools/ab_models.sh`, two runs of 3-4 rounds). Below `LO`, `e^-v` rounds `1 + e^-v`
 /// to 1 either way. The results are `1 / (1 + exp_f32(-v))`'s, bit for bit, for every
 /// `v` but those where that gives a subnormal (tested).

@@ -554,8 +554,10 @@ fn nearest_planes<T: Sample>(
 ) -> Vec<T> {
     let (oh, ow) = (rows.len(), cols.len());
     // Each source column `f` times in order (an integer upsample): no indices.
-    let repeat = (ow.is_multiple_of(w) && cols.iter().enumerate().all(|(j, &c)| c == j / (ow / w)))
-        .then_some(ow / w);
+    let repeat = (ow > 0
+        && ow.is_multiple_of(w)
+        && cols.iter().enumerate().all(|(j, &c)| c == j / (ow / w)))
+    .then_some(ow / w);
     // Every element is written below.
     let mut y: Vec<T> = crate::buffers::take(planes * oh * ow);
     let plane = |(p, yp): (usize, &mut [T])| {
