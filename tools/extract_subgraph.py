@@ -7,8 +7,13 @@ OUT_data --float --threads 1 --repeat 200 --profile`).
 sub-graph between tensors (onnx.utils.extract_model). The data folder gets four
 samples of |N(0, 1)| (non-negative, like activations after Relu/Clip).
 
+`--input-shape N,C,H,W` gives the (first) input its shape where shape inference
+cannot (a model whose sizes are computed at run time, as YOLOv8n's after its
+upsamples).
+
 Pinned: onnx==1.23.2, numpy (tools/requirements.txt). Usage:
     python tools/extract_subgraph.py MODEL OUT (--node NAME | --inputs A,B --outputs C)
+        [--input-shape N,C,H,W]
 """
 import argparse
 import os
@@ -25,6 +30,7 @@ def main():
     ap.add_argument("--node")
     ap.add_argument("--inputs")
     ap.add_argument("--outputs")
+    ap.add_argument("--input-shape", help="comma-separated dims of the first input")
     args = ap.parse_args()
 
     m = shape_inference.infer_shapes(onnx.load(args.model))
@@ -51,6 +57,13 @@ def main():
         )
         os.remove(tmp)
         sub = shape_inference.infer_shapes(onnx.load(args.out + ".onnx"))
+    if args.input_shape:
+        dims = [int(d) for d in args.input_shape.split(",")]
+        first = sub.graph.input[0].type.tensor_type.shape
+        del first.dim[:]
+        for d in dims:
+            first.dim.add().dim_value = d
+        onnx.save(sub, args.out + ".onnx")
     rng = np.random.default_rng(0)
     for v in sub.graph.input:
         shape = [d.dim_value for d in v.type.tensor_type.shape.dim]

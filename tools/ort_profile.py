@@ -20,6 +20,16 @@ import numpy as np
 import onnxruntime as ort
 
 
+def sample_path(data, name):
+    """The first sample of input `name`: its folder is named after it, with `/` and `:`
+    as `_` where the name has them (as `hmct-debugger` and extract_subgraph.py name
+    it)."""
+    raw = os.path.join(data, name, "0.npy")
+    if os.path.exists(raw):
+        return raw
+    return os.path.join(data, name.replace("/", "_").replace(":", "_"), "0.npy")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model")
@@ -39,8 +49,7 @@ def main():
     # directory by default, and leaves it there (empty) if the model fails to load.
     options.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort_profile")
     session = ort.InferenceSession(args.model, options, providers=["CPUExecutionProvider"])
-    feed = {i.name: np.load(os.path.join(args.data, i.name, "0.npy"))
-            for i in session.get_inputs()}
+    feed = {i.name: np.load(sample_path(args.data, i.name)) for i in session.get_inputs()}
     for _ in range(args.runs):
         session.run(None, feed)
     with open(session.end_profiling()) as f:
