@@ -705,61 +705,79 @@ impl Engine {
         T: Send,
         F: Fn(&ProbeView<'_>) -> Result<T, EngineError> + Sync,
     {
-        let tasks: Vec<(usize, usize)> = (0..probes.len())
-            .flat_map(|p| (0..batch.len()).map(move |b| (p, b)))
+        // A task runs one probe on a group of samples together (`run_many_from`): a
+        // classifier's weight then streams from memory once for the group, not once
+        // per sample. Groups are as large as leaves four tasks per thread.
+        let threads = self.session.threads().max(1);
+        let group = (probes.len() * batch.len() / (4 * threads)).clamp(1, batch.len().max(1));
+        let tasks: Vec<(usize, std::ops::Range<usize>)> = (0..probes.len())
+            .flat_map(|p| {
+                (0..batch.len())
+                    .step_by(group)
+                    .map(move |b| (p, b..(b + group).min(batch.len())))
+            })
             .collect();
         let base_configs = [Config::float(), Config::calibrated()];
         let start = Instant::now();
-        let outcomes: Vec<(T, Duration, Duration)> = self.session.install(|| {
+        type Outcome<T> = (Vec<T>, Duration, Duration);
+        let outcomes: Vec<Outcome<T>> = self.session.install(|| {
             tasks
                 .par_iter()
-                .map(|&(p, b)| {
+                .map(|(p, samples)| {
+                    let p = *p;
                     self.check_cancelled()?;
-                    let caps = &batch[b];
-                    let (known, base_cfg) = match probes[p].base {
-                        Base::Float => (&*caps.float, &base_configs[0]),
-                        Base::Calibrated => (
-                            &**caps
-                                .calibrated
-                                .as_ref()
-                                .expect("calibrated captures exist when a probe needs them"),
-                            &base_configs[1],
-                        ),
+                    let base_cfg = match probes[p].base {
+                        Base::Float => &base_configs[0],
+                        Base::Calibrated => &base_configs[1],
                     };
+                    let knowns: Vec<&Values> = batch[samples.clone()]
+                        .iter()
+                        .map(|caps| match probes[p].base {
+                            Base::Float => &*caps.float,
+                            Base::Calibrated => caps
+                                .calibrated
+                                .as_deref()
+                                .expect("calibrated captures exist when a probe needs them"),
+                        })
+                        .collect();
                     let t0 = Instant::now();
-                    let values = self.session.run_from(
-                        known,
+                    let runs = self.session.run_many_from(
+                        &knowns,
                         Some(base_cfg),
                         &configs[p],
                         wanted,
                         Capture::Wanted,
                     )?;
                     let t1 = Instant::now();
-                    let view = ProbeView {
-                        probe: p,
-                        sample: caps.sample,
-                        session: &self.session,
-                        values: &values,
-                        float: &caps.float,
-                        calibrated: caps.calibrated.as_deref(),
-                    };
-                    let out = reduce(&view)?;
-                    values.recycle();
-                    let t2 = Instant::now();
-                    progress(done.fetch_add(1, Ordering::Relaxed) + 1, total);
-                    Ok((out, t1 - t0, t2 - t1))
+                    let mut outs = Vec::with_capacity(runs.len());
+                    for (caps, values) in batch[samples.clone()].iter().zip(runs) {
+                        let view = ProbeView {
+                            probe: p,
+                            sample: caps.sample,
+                            session: &self.session,
+                            values: &values,
+                            float: &caps.float,
+                            calibrated: caps.calibrated.as_deref(),
+                        };
+                        outs.push(reduce(&view)?);
+                        values.recycle();
+                        progress(done.fetch_add(1, Ordering::Relaxed) + 1, total);
+                    }
+                    Ok((outs, t1 - t0, t1.elapsed()))
                 })
                 .collect::<Result<Vec<_>, EngineError>>()
         })?;
         let mut timings = Timings {
             probes: start.elapsed(),
-            tasks: tasks.len(),
+            tasks: probes.len() * batch.len(),
             ..Timings::default()
         };
-        for (&(p, b), (out, run, red)) in tasks.iter().zip(outcomes) {
+        for ((p, samples), (outs, run, red)) in tasks.iter().zip(outcomes) {
             timings.probe_runs += run;
             timings.reduce += red;
-            results[p][batch[b].sample] = Some(out);
+            for (b, out) in samples.clone().zip(outs) {
+                results[*p][batch[b].sample] = Some(out);
+            }
         }
         Ok(timings)
     }

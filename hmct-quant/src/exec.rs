@@ -12,7 +12,10 @@
 //! re-runs, which is why its results are bit-identical to a full run. Chains of
 //! element-wise nodes may run as one pass when no one keeps their intermediate values
 //! (see the `fusion` module); a fused chain computes its nodes' results bit for bit,
-//! so this changes nothing either.
+//! so this changes nothing either. Several samples' runs of one configuration may go
+//! together ([`Session::run_many_from`]): each sample runs alone up to its products of
+//! one row by a constant matrix (a classifier), which then run for all samples in one
+//! pass over the matrix, bit for bit the single-row sums.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -216,6 +219,98 @@ pub struct NodeTimes {
     /// Calls in which the node's kernel also ran the element-wise chain that alone
     /// reads its output ([`Session::fused_tail`]); those calls' time includes it.
     pub tail_calls: Vec<u32>,
+    /// Calls in which the node ran for several samples at once
+    /// ([`crate::ops::Kernel::run_rows`]), counted once per sample; those calls' time
+    /// is the samples' together.
+    pub rows_calls: Vec<u32>,
+}
+
+/// What one run does (see [`Session::execute`]).
+struct Work {
+    /// Per node: whether the run executes it.
+    run_node: Vec<bool>,
+    /// Per slot: whether the run's result keeps the value.
+    keep: Vec<bool>,
+    /// Per slot: the last node of the run that reads it.
+    last_use: Vec<usize>,
+}
+
+/// A run in progress: its values, and the nodes a fused chain has computed.
+struct RunState {
+    values: Values,
+    fused: Vec<bool>,
+}
+
+impl RunState {
+    fn new(plan: &Plan, known: &Values) -> RunState {
+        let mut values = known.clone();
+        values.slots.resize(plan.num_values(), None);
+        RunState {
+            values,
+            fused: vec![false; plan.nodes.len()],
+        }
+    }
+
+    /// The run's result: every value for `Capture::All`, else the kept ones.
+    fn finish(self, work: &Work, capture: Capture) -> Values {
+        let mut values = self.values;
+        if capture == Capture::Wanted {
+            for (s, v) in values.slots.iter_mut().enumerate() {
+                if !work.keep[s] {
+                    *v = None;
+                }
+            }
+        }
+        values
+    }
+}
+
+/// The nodes of a run that [`Session::execute_many`] runs in lockstep: those
+/// downstream of a product that batches rows, with every node of a fused chain or
+/// tail one of them belongs to (and their downstream); `None` when the run has no
+/// such product.
+fn lockstep_nodes(scope: Scope, work: &Work) -> Option<Vec<bool>> {
+    let plan = scope.plan;
+    let n = plan.nodes.len();
+    let mut lock: Vec<bool> = (0..n)
+        .map(|i| {
+            work.run_node[i] && matches!(&plan.nodes[i].op, NodeOp::Kernel(k) if k.batches_rows())
+        })
+        .collect();
+    if !lock.contains(&true) {
+        return None;
+    }
+    loop {
+        let mut changed = false;
+        for i in 0..n {
+            let node = &plan.nodes[i];
+            if !lock[i]
+                && node
+                    .inputs
+                    .iter()
+                    .flatten()
+                    .any(|&s| plan.producer(s).is_some_and(|p| lock[p]))
+            {
+                lock[i] = true;
+                changed = true;
+            }
+            let Some(chains) = scope.chains else { continue };
+            let groups = [
+                chains.starting_at(i).map(|c| &c.nodes[..]),
+                chains.tail_of(i).map(|c| &c.nodes[..]),
+            ];
+            for group in groups.into_iter().flatten() {
+                let members = || std::iter::once(i).chain(group.iter().copied());
+                if members().any(|j| lock[j]) && !members().all(|j| lock[j]) {
+                    members().for_each(|j| lock[j] = true);
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            return Some(lock);
+        }
+    }
 }
 
 impl Session {
@@ -268,6 +363,7 @@ impl Session {
             calls: vec![0; n],
             fused_calls: vec![0; n],
             tail_calls: vec![0; n],
+            rows_calls: vec![0; n],
         }));
         self
     }
@@ -421,13 +517,22 @@ impl Session {
         wanted: &[Slot],
         capture: Capture,
     ) -> Result<Values, RunError> {
-        let scope = Scope {
+        let scope = self.scope();
+        self.on_threads(|| self.execute(scope, known, base_config, config, wanted, capture))
+    }
+
+    /// The session's plan with its chains, profile and blocked values.
+    fn scope(&self) -> Scope<'_> {
+        Scope {
             plan: &self.plan,
             chains: self.fuse.then_some(&self.chains),
             profile: self.profile.as_ref(),
             blocked: self.blocked.as_ref(),
-        };
-        let run = || self.execute(scope, known, base_config, config, wanted, capture);
+        }
+    }
+
+    /// Runs `run` on the session's threads.
+    fn on_threads<R: Send>(&self, run: impl FnOnce() -> R + Send) -> R {
         if self.threads == 1 {
             // On the caller's thread: handing the run to the pool's one thread and
             // waking the caller afterwards costs more than many small models' runs
@@ -441,6 +546,23 @@ impl Session {
         }
     }
 
+    /// [`Session::run_from`] on several samples at once: `knowns[s]` holds sample
+    /// `s`'s known values (all of the same kind: bound inputs, or captures of the same
+    /// base run). Each result is bit for bit that of `run_from` on its sample; a
+    /// product of one row by a constant matrix (a classifier) runs for all samples in
+    /// one pass over the matrix rather than once per sample.
+    pub fn run_many_from(
+        &self,
+        knowns: &[&Values],
+        base_config: Option<&Config>,
+        config: &Config,
+        wanted: &[Slot],
+        capture: Capture,
+    ) -> Result<Vec<Values>, RunError> {
+        let scope = self.scope();
+        self.on_threads(|| self.execute_many(scope, knowns, base_config, config, wanted, capture))
+    }
+
     fn execute(
         &self,
         scope: Scope,
@@ -450,6 +572,79 @@ impl Session {
         wanted: &[Slot],
         capture: Capture,
     ) -> Result<Values, RunError> {
+        let work = Self::work(scope, known, base_config, config, wanted, capture)?;
+        let mut state = RunState::new(scope.plan, known);
+        for i in 0..scope.plan.nodes.len() {
+            self.step(scope, &work, config, i, &mut state)?;
+        }
+        Ok(state.finish(&work, capture))
+    }
+
+    /// [`Session::execute`] on several samples' `known` values with the same
+    /// configurations and wanted slots, bit for bit as one run each. Nodes downstream
+    /// of a product of one row by a constant matrix ([`Kernel::batches_rows`]: a
+    /// classifier) run in lockstep after the rest of each sample's run, and such
+    /// products run for all samples in one pass over their matrix, which they would
+    /// otherwise each stream from memory.
+    ///
+    /// [`Kernel::batches_rows`]: crate::ops::Kernel::batches_rows
+    fn execute_many(
+        &self,
+        scope: Scope,
+        knowns: &[&Values],
+        base_config: Option<&Config>,
+        config: &Config,
+        wanted: &[Slot],
+        capture: Capture,
+    ) -> Result<Vec<Values>, RunError> {
+        let alone =
+            |known: &&Values| self.execute(scope, known, base_config, config, wanted, capture);
+        let Some(first) = knowns.first() else {
+            return Ok(Vec::new());
+        };
+        let work = Self::work(scope, first, base_config, config, wanted, capture)?;
+        let lockstep = match lockstep_nodes(scope, &work) {
+            Some(l) if knowns.len() > 1 => l,
+            _ => return knowns.iter().map(alone).collect(),
+        };
+        // The nodes to run depend on what each sample's values hold; the samples of
+        // one probe hold the same slots, but the lockstep needs them to.
+        for known in &knowns[1..] {
+            let other = Self::work(scope, known, base_config, config, wanted, capture)?;
+            if other.run_node != work.run_node || other.keep != work.keep {
+                return knowns.iter().map(alone).collect();
+            }
+        }
+        let plan = scope.plan;
+        let mut states: Vec<RunState> = knowns.iter().map(|k| RunState::new(plan, k)).collect();
+        for state in &mut states {
+            for i in (0..plan.nodes.len()).filter(|&i| !lockstep[i]) {
+                self.step(scope, &work, config, i, state)?;
+            }
+        }
+        for i in (0..plan.nodes.len()).filter(|&i| lockstep[i]) {
+            if !self.step_rows(scope, &work, config, i, &mut states)? {
+                for state in &mut states {
+                    self.step(scope, &work, config, i, state)?;
+                }
+            }
+        }
+        Ok(states
+            .into_iter()
+            .map(|s| s.finish(&work, capture))
+            .collect())
+    }
+
+    /// What a run does: which nodes run, which values it keeps, where each value is
+    /// read for the last time.
+    fn work(
+        scope: Scope,
+        known: &Values,
+        base_config: Option<&Config>,
+        config: &Config,
+        wanted: &[Slot],
+        capture: Capture,
+    ) -> Result<Work, RunError> {
         let plan = scope.plan;
         let n_values = plan.num_values();
 
@@ -513,113 +708,185 @@ impl Session {
             }
         }
 
-        let mut values = known.clone();
-        values.slots.resize(n_values, None);
-        // Nodes already computed as part of a fused chain.
-        let mut fused = vec![false; plan.nodes.len()];
-        for (i, node) in plan.nodes.iter().enumerate() {
-            if !run_node[i] || fused[i] {
-                continue;
+        Ok(Work {
+            run_node,
+            keep,
+            last_use,
+        })
+    }
+
+    /// Runs node `i` of a run in progress, unless the run skips it or a fused chain
+    /// has computed it.
+    fn step(
+        &self,
+        scope: Scope,
+        work: &Work,
+        config: &Config,
+        i: usize,
+        state: &mut RunState,
+    ) -> Result<(), RunError> {
+        let plan = scope.plan;
+        let node = &plan.nodes[i];
+        let Work {
+            run_node,
+            keep,
+            last_use,
+        } = work;
+        let RunState { values, fused } = state;
+        if !run_node[i] || fused[i] {
+            return Ok(());
+        }
+        if self.is_cancelled() {
+            return Err(RunError::Cancelled);
+        }
+        let start = scope.profile.map(|_| Instant::now());
+        let chain = scope.chains.and_then(|c| c.starting_at(i));
+        if let Some(b) = scope.blocked {
+            let alone = [i];
+            let nodes = chain.map_or(&alone[..], |c| &c.nodes[..]);
+            for &j in nodes {
+                unblock_inputs(plan, b, j, values, config);
             }
-            if self.is_cancelled() {
-                return Err(RunError::Cancelled);
+        }
+        if let Some(chain) = chain
+            && run_chain(plan, chain, config, values, run_node, keep, last_use)
+        {
+            for &j in &chain.nodes {
+                fused[j] = true;
             }
-            let start = scope.profile.map(|_| Instant::now());
-            let chain = scope.chains.and_then(|c| c.starting_at(i));
-            if let Some(b) = scope.blocked {
-                let alone = [i];
-                let nodes = chain.map_or(&alone[..], |c| &c.nodes[..]);
-                for &j in nodes {
-                    unblock_inputs(plan, b, j, &mut values, config);
-                }
-            }
-            if let Some(chain) = chain
-                && run_chain(
-                    plan,
-                    chain,
-                    config,
-                    &mut values,
-                    &run_node,
-                    &keep,
-                    &last_use,
-                )
-            {
-                for &j in &chain.nodes {
-                    fused[j] = true;
-                }
-                release_side(chain, &mut values, &keep, &last_use);
-                if let (Some(profile), Some(start)) = (scope.profile, start) {
-                    let mut p = profile.lock().unwrap_or_else(|e| e.into_inner());
-                    p.total[i] += start.elapsed();
-                    p.calls[i] += 1;
-                    p.fused_calls[i] += 1;
-                }
-                continue;
-            }
-            // An element-wise chain that alone reads this node's output, run by the
-            // kernel on its output as it stores it.
-            let tail = scope
-                .chains
-                .and_then(|c| c.tail_of(i))
-                .filter(|chain| tail_may_run(chain, &run_node, &keep));
-            let (outputs, tail_ran) = match tail {
-                Some(chain) => {
-                    self.run_with_tail(plan, i, &values, chain, config, scope.blocked)?
-                }
-                None => (
-                    self.run_node(
-                        plan,
-                        i,
-                        &mut values,
-                        config,
-                        &keep,
-                        &last_use,
-                        scope.blocked,
-                    )?,
-                    false,
-                ),
-            };
+            release_side(chain, values, keep, last_use);
             if let (Some(profile), Some(start)) = (scope.profile, start) {
                 let mut p = profile.lock().unwrap_or_else(|e| e.into_inner());
                 p.total[i] += start.elapsed();
                 p.calls[i] += 1;
-                if tail_ran {
-                    p.tail_calls[i] += 1;
+                p.fused_calls[i] += 1;
+            }
+            return Ok(());
+        }
+        // An element-wise chain that alone reads this node's output, run by the
+        // kernel on its output as it stores it.
+        let tail = scope
+            .chains
+            .and_then(|c| c.tail_of(i))
+            .filter(|chain| tail_may_run(chain, run_node, keep));
+        let (outputs, tail_ran) = match tail {
+            Some(chain) => self.run_with_tail(plan, i, values, chain, config, scope.blocked)?,
+            None => (
+                self.run_node(plan, i, values, config, keep, last_use, scope.blocked)?,
+                false,
+            ),
+        };
+        if let (Some(profile), Some(start)) = (scope.profile, start) {
+            let mut p = profile.lock().unwrap_or_else(|e| e.into_inner());
+            p.total[i] += start.elapsed();
+            p.calls[i] += 1;
+            if tail_ran {
+                p.tail_calls[i] += 1;
+            }
+        }
+        match tail.filter(|_| tail_ran) {
+            Some(chain) => {
+                // The output is the chain's; the node's own and the chain's
+                // intermediate values never existed.
+                let out = outputs
+                    .into_iter()
+                    .next()
+                    .expect("a tail's node has one output");
+                values.slots[chain.output] = Some(out);
+                for &j in &chain.nodes {
+                    fused[j] = true;
                 }
             }
-            match tail.filter(|_| tail_ran) {
-                Some(chain) => {
-                    // The output is the chain's; the node's own and the chain's
-                    // intermediate values never existed.
-                    let out = outputs
-                        .into_iter()
-                        .next()
-                        .expect("a tail's node has one output");
-                    values.slots[chain.output] = Some(out);
-                    for &j in &chain.nodes {
-                        fused[j] = true;
-                    }
+            None => {
+                for (&slot, t) in node.outputs.iter().zip(outputs) {
+                    values.slots[slot] = Some(t);
                 }
-                None => {
-                    for (&slot, t) in node.outputs.iter().zip(outputs) {
-                        values.slots[slot] = Some(t);
-                    }
-                }
+            }
+        }
+        for &s in node.inputs.iter().flatten() {
+            if last_use[s] == i && !keep[s] {
+                recycle(values.slots[s].take());
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs node `i` for every sample at once with [`Kernel::run_rows`], when it is a
+    /// node of that kind, runs for every sample on its own (no fused chain or tail),
+    /// and the samples' inputs allow it; returns whether it ran.
+    ///
+    /// [`Kernel::run_rows`]: crate::ops::Kernel::run_rows
+    fn step_rows(
+        &self,
+        scope: Scope,
+        work: &Work,
+        config: &Config,
+        i: usize,
+        states: &mut [RunState],
+    ) -> Result<bool, RunError> {
+        let plan = scope.plan;
+        let node = &plan.nodes[i];
+        let NodeOp::Kernel(kernel) = &node.op else {
+            return Ok(false);
+        };
+        let alone = scope
+            .chains
+            .is_none_or(|c| c.starting_at(i).is_none() && c.tail_of(i).is_none());
+        if !work.run_node[i]
+            || !kernel.batches_rows()
+            || !alone
+            || states.iter().any(|s| s.fused[i])
+        {
+            return Ok(false);
+        }
+        if self.is_cancelled() {
+            return Err(RunError::Cancelled);
+        }
+        let start = scope.profile.map(|_| Instant::now());
+        let mut inputs: Vec<Vec<Option<Arc<Tensor>>>> = Vec::with_capacity(states.len());
+        for state in states.iter_mut() {
+            if let Some(b) = scope.blocked {
+                unblock_inputs(plan, b, i, &mut state.values, config);
+            }
+            inputs.push(
+                node.inputs
+                    .iter()
+                    .map(|s| s.map(|s| state.values.fetch(plan, s)).transpose())
+                    .collect::<Result<_, _>>()?,
+            );
+        }
+        let refs: Vec<Vec<Option<&Tensor>>> = inputs
+            .iter()
+            .map(|sample| sample.iter().map(|t| t.as_deref()).collect())
+            .collect();
+        let Some(outputs) = kernel.run_rows(&refs) else {
+            return Ok(false);
+        };
+        let outputs = outputs.map_err(|source| RunError::Node {
+            node: node.name.clone(),
+            op_type: node.op_type.clone(),
+            opset: node.opset,
+            source,
+        })?;
+        drop(refs);
+        drop(inputs);
+        if let (Some(profile), Some(start)) = (scope.profile, start) {
+            let mut p = profile.lock().unwrap_or_else(|e| e.into_inner());
+            p.total[i] += start.elapsed();
+            p.calls[i] += states.len() as u32;
+            p.rows_calls[i] += states.len() as u32;
+        }
+        for (state, outs) in states.iter_mut().zip(outputs) {
+            for (&slot, t) in node.outputs.iter().zip(outs) {
+                state.values.slots[slot] = Some(Arc::new(t));
             }
             for &s in node.inputs.iter().flatten() {
-                if last_use[s] == i && !keep[s] {
-                    recycle(values.slots[s].take());
+                if work.last_use[s] == i && !work.keep[s] {
+                    recycle(state.values.slots[s].take());
                 }
             }
         }
-        if capture == Capture::Wanted {
-            for (s, v) in values.slots.iter_mut().enumerate() {
-                if !keep[s] {
-                    *v = None;
-                }
-            }
-        }
-        Ok(values)
+        Ok(true)
     }
 
     /// Runs kernel node `i` with `tail` on its output; returns whether the tail ran

@@ -230,3 +230,75 @@ fn incremental_equals_full_and_threads_do_not_matter() {
         "quantization must change outputs"
     );
 }
+
+/// Several samples run together (`run_many_from`: the classifier's products of one row
+/// share a pass over their weight) give each sample's incremental run bit for bit, on
+/// 1 and 2 threads, and the products did run together.
+#[test]
+fn samples_run_together_equal_samples_run_alone() {
+    let Some(root) = models_dir() else {
+        return;
+    };
+    let model = load_model(root.join("mtcnn_onet/onet.onnx")).unwrap();
+    let model = hmct_ir::testing::calibrate_for_tests(model, 4.0).unwrap();
+    for threads in [1, 2] {
+        let session = Session::new(plan_model(&model).unwrap(), threads)
+            .unwrap()
+            .with_profiling();
+        let plan = session.plan();
+        let data = Dataset::open(
+            &root.join("mtcnn_onet/calibration_data"),
+            &plan.input_specs(),
+        )
+        .unwrap();
+        let outputs = plan.outputs().to_vec();
+        let captures: Vec<_> = (0..4)
+            .map(|s| {
+                let inputs = data.sample(s).unwrap();
+                let refs: Vec<(&str, Tensor)> = inputs
+                    .iter()
+                    .map(|(n, t)| (n.as_str(), t.clone()))
+                    .collect();
+                let bound = session.bind_inputs(&refs).unwrap();
+                session
+                    .run_from(&bound, None, &Config::float(), &outputs, Capture::All)
+                    .unwrap()
+            })
+            .collect();
+        let knowns: Vec<_> = captures.iter().collect();
+        let n_cal = plan.calibrations().len();
+        let float = Config::float();
+        let mut configs: Vec<Config> = (0..n_cal)
+            .map(|c| Config::float().with(c, Override::On))
+            .collect();
+        configs.push(Config::calibrated());
+        for cfg in &configs {
+            let together = session
+                .run_many_from(&knowns, Some(&float), cfg, &outputs, Capture::Wanted)
+                .unwrap();
+            assert_eq!(together.len(), knowns.len());
+            for (known, many) in knowns.iter().zip(&together) {
+                let alone = session
+                    .run_from(known, Some(&float), cfg, &outputs, Capture::Wanted)
+                    .unwrap();
+                for (k, &s) in outputs.iter().enumerate() {
+                    assert_eq!(
+                        f32_bits(&session.value(many, s).unwrap()),
+                        f32_bits(&session.value(&alone, s).unwrap()),
+                        "together vs alone, output {k}, {threads} thread(s)"
+                    );
+                }
+            }
+        }
+        let times = session.node_times().unwrap();
+        let matmul = plan
+            .nodes()
+            .iter()
+            .position(|n| n.name == "dense_3")
+            .expect("O-Net's first dense layer");
+        assert!(
+            times.rows_calls[matmul] > 0,
+            "the 1152 -> 256 product ran for the samples together"
+        );
+    }
+}

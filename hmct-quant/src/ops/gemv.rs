@@ -54,32 +54,136 @@ impl PackedRows {
         PackedRows { data, k, n }
     }
 
-    /// `y = start + a · self` for the `m × k` matrix `a` (`y` is `m × n`), row by row.
+    /// `y = start + a · self` for the `m × k` matrix `a` (`y` is `m × n`). Each row's
+    /// sums are those of a product of that row alone, bit for bit; up to [`ROWS`] rows
+    /// share one pass over each panel, so several samples' rows (see
+    /// `Kernel::run_rows`) read the weight once rather than once each.
     pub(crate) fn matmul(&self, a: MatRef<f32>, m: usize, start: Start, y: &mut [f32]) {
         let (k, n) = (self.k, self.n);
         assert!(y.len() >= m * n);
         assert!(m == 0 || k == 0 || (m - 1) * a.rs + (k - 1) * a.cs < a.data.len());
-        for (i, yi) in y.chunks_exact_mut(n).take(m).enumerate() {
-            let row: Vec<f32> = (0..k).map(|kk| a.data[i * a.rs + kk * a.cs]).collect();
-            let from = |j: usize, out: &[f32]| match start {
-                Start::Zero => 0.0,
-                Start::Output => out[j],
-                Start::Bias(b) => b[i],
-            };
-            let task = |(p, out): (usize, &mut [f32])| {
-                let mut sums = [0.0f32; LANES];
-                for (l, s) in sums.iter_mut().enumerate().take(out.len()) {
-                    *s = from(l, out);
+        if m == 0 || n == 0 {
+            return;
+        }
+        let rows: Vec<Vec<f32>> = (0..m)
+            .map(|i| (0..k).map(|kk| a.data[i * a.rs + kk * a.cs]).collect())
+            .collect();
+        let panels = n.div_ceil(LANES);
+        // Per panel, its `m` rows of sums (64 each), written back to `y` after.
+        let mut out = vec![[0.0f32; LANES]; panels * m];
+        let task = |(p, sums): (usize, &mut [[f32; LANES]])| {
+            let cols = (n - p * LANES).min(LANES);
+            for (i, row_sums) in sums.iter_mut().enumerate() {
+                for (l, v) in row_sums.iter_mut().enumerate().take(cols) {
+                    *v = match start {
+                        Start::Zero => 0.0,
+                        Start::Output => y[i * n + p * LANES + l],
+                        Start::Bias(b) => b[i],
+                    };
                 }
-                let panel = &self.data[p * k * LANES..][..k * LANES];
-                panel_sums(&row, panel, &mut sums);
-                let len = out.len();
-                out.copy_from_slice(&sums[..len]);
-            };
-            if k * n < PARALLEL_VALUES || !crate::par::enabled() {
-                yi.chunks_mut(LANES).enumerate().for_each(task);
+            }
+            let panel = &self.data[p * k * LANES..][..k * LANES];
+            let mut i = 0;
+            while m - i >= ROWS {
+                let group: &mut [[f32; LANES]; ROWS] = (&mut sums[i..i + ROWS])
+                    .try_into()
+                    .expect("a group of ROWS rows");
+                #[cfg(target_arch = "x86_64")]
+                if crate::cpu::features().avx512f {
+                    // SAFETY: AVX-512F is present; rows hold `k` values, the panel `k` lines.
+                    unsafe { panel_sums_rows_avx512(&rows[i..i + ROWS], panel, group) };
+                    i += ROWS;
+                    continue;
+                }
+                panel_sums_rows(&rows[i..i + ROWS], panel, group);
+                i += ROWS;
+            }
+            for (row, row_sums) in rows[i..].iter().zip(&mut sums[i..]) {
+                panel_sums(row, panel, row_sums);
+            }
+        };
+        if k * n < PARALLEL_VALUES || !crate::par::enabled() {
+            out.chunks_mut(m).enumerate().for_each(task);
+        } else {
+            out.par_chunks_mut(m).enumerate().for_each(task);
+        }
+        for (p, sums) in out.chunks(m).enumerate() {
+            let cols = (n - p * LANES).min(LANES);
+            for (i, row_sums) in sums.iter().enumerate() {
+                y[i * n + p * LANES..][..cols].copy_from_slice(&row_sums[..cols]);
+            }
+        }
+    }
+}
+
+/// Rows that share one pass over a panel: four rows of four AVX-512 vectors of sums
+/// are half the registers.
+const ROWS: usize = 4;
+
+/// [`panel_sums`] for [`ROWS`] rows at once, each row's sums in the same order.
+#[multiversion::multiversion(targets("x86_64+avx512f+avx2+fma", "x86_64+avx2+fma"))]
+fn panel_sums_rows(a: &[Vec<f32>], panel: &[f32], sums: &mut [[f32; LANES]; ROWS]) {
+    let fma = multiversion::target::target_cfg_f!(target_feature = "fma");
+    let k = panel.len() / LANES;
+    let a: [&[f32]; ROWS] = std::array::from_fn(|r| &a[r][..k]);
+    let mut acc = *sums;
+    for kk in 0..k {
+        if kk % 4 == 0 {
+            prefetch(panel.as_ptr().wrapping_add(kk * LANES + AHEAD));
+        }
+        let line: &[f32; LANES] = panel[kk * LANES..][..LANES]
+            .try_into()
+            .expect("a line of 64");
+        for (row, acc) in a.iter().zip(acc.iter_mut()) {
+            let ak = row[kk];
+            if fma {
+                for (s, &w) in acc.iter_mut().zip(line) {
+                    *s = ak.mul_add(w, *s);
+                }
             } else {
-                yi.par_chunks_mut(LANES).enumerate().for_each(task);
+                for (s, &w) in acc.iter_mut().zip(line) {
+                    *s += ak * w;
+                }
+            }
+        }
+    }
+    *sums = acc;
+}
+
+/// [`panel_sums_rows`] with AVX-512 intrinsics: each line loaded once into registers
+/// for the four rows, where the compiler's code reloaded it per row and checked each
+/// row's bounds. A scratch loop over a 1280 x 1000 weight in L3 (ms, four rows): 0.19
+/// -> 0.17, one row alone 0.17; on a 256 x 1000 weight in L2, 0.029 -> 0.017.
+///
+/// # Safety
+/// The CPU must have AVX-512F; each row of `a` holds at least `panel.len() / 64` values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn panel_sums_rows_avx512(a: &[Vec<f32>], panel: &[f32], sums: &mut [[f32; LANES]; ROWS]) {
+    use std::arch::x86_64::*;
+    let k = panel.len() / LANES;
+    let a: [&[f32]; ROWS] = std::array::from_fn(|r| &a[r][..k]);
+    unsafe {
+        let mut acc: [[__m512; 4]; ROWS] = std::array::from_fn(|r| {
+            std::array::from_fn(|j| _mm512_loadu_ps(sums[r][16 * j..].as_ptr()))
+        });
+        let p = panel.as_ptr();
+        for kk in 0..k {
+            if kk % 4 == 0 {
+                prefetch(p.wrapping_add(kk * LANES + AHEAD));
+            }
+            let l: [__m512; 4] =
+                std::array::from_fn(|j| _mm512_loadu_ps(p.add(kk * LANES + 16 * j)));
+            for r in 0..ROWS {
+                let b = _mm512_set1_ps(*a[r].get_unchecked(kk));
+                for j in 0..4 {
+                    acc[r][j] = _mm512_fmadd_ps(b, l[j], acc[r][j]);
+                }
+            }
+        }
+        for r in 0..ROWS {
+            for j in 0..4 {
+                _mm512_storeu_ps(sums[r][16 * j..].as_mut_ptr(), acc[r][j]);
             }
         }
     }
@@ -132,7 +236,8 @@ mod tests {
     use super::*;
 
     /// Each output is the in-order sum of its products from its start, bit for bit,
-    /// for a transposed and a row-major weight, a partial panel and every start.
+    /// for a transposed and a row-major weight, a partial panel, every start, and rows
+    /// summed alone and in groups.
     #[test]
     fn sums_in_order_from_the_start() {
         // The products' rounding: fused where the CPU has FMA (as `panel_sums`).
@@ -140,11 +245,12 @@ mod tests {
         let fma = is_x86_feature_detected!("fma") && is_x86_feature_detected!("avx2");
         #[cfg(not(target_arch = "x86_64"))]
         let fma = false;
-        let (m, k, n) = (2, 37, 150);
+        // Seven rows: a group of four, then three alone.
+        let (m, k, n) = (7, 37, 150);
         let val = |i: usize| ((i * 7919 % 1000) as f32 - 500.0) / 97.0;
         let a: Vec<f32> = (0..m * k).map(val).collect();
         let w: Vec<f32> = (0..k * n).map(|i| val(i + 13)).collect();
-        let bias = [0.25f32, -3.5];
+        let bias = [0.25f32, -3.5, 1.0, 0.0, -0.125, 7.0, 2.5];
         let c: Vec<f32> = (0..m * n).map(|i| val(i + 101)).collect();
         for transposed in [false, true] {
             let wt: Vec<f32> = match transposed {
@@ -174,6 +280,40 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// Four rows at once (the portable kernel and the AVX-512 one) sum each row as
+    /// the one-row kernel does, bit for bit.
+    #[test]
+    fn four_rows_sum_as_one_row() {
+        let k = 29;
+        let val = |i: usize| ((i * 7919 % 1000) as f32 - 500.0) / 97.0;
+        let panel: Vec<f32> = (0..k * LANES).map(|i| val(i + 5)).collect();
+        let rows: Vec<Vec<f32>> = (0..ROWS)
+            .map(|r| (0..k).map(|i| val(i * 3 + r)).collect())
+            .collect();
+        let start: [[f32; LANES]; ROWS] =
+            std::array::from_fn(|r| std::array::from_fn(|l| val(r * 64 + l + 9)));
+        let mut want = start;
+        for (row, sums) in rows.iter().zip(&mut want) {
+            panel_sums(row, &panel, sums);
+        }
+        let mut got = start;
+        panel_sums_rows(&rows, &panel, &mut got);
+        assert_eq!(
+            got.map(|r| r.map(f32::to_bits)),
+            want.map(|r| r.map(f32::to_bits))
+        );
+        #[cfg(target_arch = "x86_64")]
+        if crate::cpu::features().avx512f {
+            let mut got = start;
+            // SAFETY: AVX-512F is present; rows hold `k` values.
+            unsafe { panel_sums_rows_avx512(&rows, &panel, &mut got) };
+            assert_eq!(
+                got.map(|r| r.map(f32::to_bits)),
+                want.map(|r| r.map(f32::to_bits))
+            );
         }
     }
 }

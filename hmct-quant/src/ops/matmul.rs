@@ -100,6 +100,68 @@ fn made(packed: &std::sync::OnceLock<Packed>) -> &Packed {
         .expect("packed_weight packs the weight it returns")
 }
 
+/// Inputs 0 and 1 when both are f32.
+fn f32_operands<'a>(inputs: &[Option<&'a Tensor>]) -> Option<(&'a ArrayD<f32>, &'a ArrayD<f32>)> {
+    match (
+        inputs.first().copied().flatten(),
+        inputs.get(1).copied().flatten(),
+    ) {
+        (Some(Tensor::F32(x)), Some(Tensor::F32(w))) => Some((x, w)),
+        _ => None,
+    }
+}
+
+/// Each sample's input 0 (of shape `shape`, one row) as contiguous values, when every
+/// sample has that shape and the same f32 weight `w` as input 1 (the same tensor, by
+/// address): the rows a single-row weight's pass can share.
+fn single_rows<'a>(
+    samples: &'a [Vec<Option<&Tensor>>],
+    shape: &[usize],
+    w: &ArrayD<f32>,
+) -> Option<Vec<std::borrow::Cow<'a, [f32]>>> {
+    samples
+        .iter()
+        .map(|inputs| {
+            let (x, wi) = f32_operands(inputs)?;
+            let same = x.shape() == shape && wi.as_ptr() == w.as_ptr() && wi.shape() == w.shape();
+            same.then(|| contiguous(x))
+        })
+        .collect()
+}
+
+/// The products of `rows` (each `k` values) with a single-row weight, summed from
+/// `start` (one value per column) or zero, in one pass over the weight; one output
+/// of shape `shape` per row, each the bits a product of that row alone gives.
+fn rows_outputs(
+    b: &super::gemv::PackedRows,
+    rows: &[std::borrow::Cow<'_, [f32]>],
+    k: usize,
+    n: usize,
+    start: Option<&[f32]>,
+    shape: &[usize],
+) -> Result<Vec<Vec<Tensor>>, OpError> {
+    let m = rows.len();
+    let a: Vec<f32> = rows.iter().flat_map(|r| r.iter().copied()).collect();
+    let mut y = vec![0.0f32; m * n];
+    let from = match start {
+        Some(c) => {
+            for yi in y.chunks_exact_mut(n) {
+                yi.copy_from_slice(c);
+            }
+            Start::Output
+        }
+        None => Start::Zero,
+    };
+    b.matmul(MatRef::row_major(&a, k), m, from, &mut y);
+    y.chunks_exact(n)
+        .map(|yi| {
+            let mut out = crate::buffers::take(n);
+            out.copy_from_slice(yi);
+            array(shape, out).map(|t| vec![Tensor::F32(t)])
+        })
+        .collect()
+}
+
 /// MatMul: f32 products with a constant right operand on the packed GEMM, the rest on
 /// [`matmul`].
 struct MatMulKernel {
@@ -134,6 +196,30 @@ impl Kernel for MatMulKernel {
             return Ok(vec![y]);
         }
         Ok(vec![matmul(a, b)?])
+    }
+
+    fn batches_rows(&self) -> bool {
+        true
+    }
+
+    fn run_rows(
+        &self,
+        samples: &[Vec<Option<&Tensor>>],
+    ) -> Option<Result<Vec<Vec<Tensor>>, OpError>> {
+        let (x0, w) = f32_operands(samples.first()?)?;
+        let xs = x0.shape();
+        let (&k, lead) = xs.split_last()?;
+        if lead.iter().product::<usize>() != 1 || w.ndim() != 2 || w.shape()[0] != k {
+            return None;
+        }
+        let rows = single_rows(samples, xs, w)?;
+        let n = w.shape()[1];
+        let packed = packed_weight(&self.weights, w, false, 1)?;
+        let Packed::Rows(b) = made(&packed) else {
+            return None;
+        };
+        let shape: Vec<usize> = lead.iter().copied().chain([n]).collect();
+        Some(rows_outputs(b, &rows, k, n, None, &shape))
     }
 }
 
@@ -671,6 +757,62 @@ impl Kernel for GemmKernel {
             }
         };
         Ok(vec![out])
+    }
+
+    fn batches_rows(&self) -> bool {
+        true
+    }
+
+    fn run_rows(
+        &self,
+        samples: &[Vec<Option<&Tensor>>],
+    ) -> Option<Result<Vec<Vec<Tensor>>, OpError>> {
+        let (x0, w) = f32_operands(samples.first()?)?;
+        let (&[xr, xc], &[wr, wc]) = (x0.shape(), w.shape()) else {
+            return None;
+        };
+        let (m, k) = if self.trans_a { (xc, xr) } else { (xr, xc) };
+        let n = if self.trans_b { wr } else { wc };
+        let c = match samples[0].get(2).copied().flatten() {
+            None => None,
+            Some(Tensor::F32(c)) => Some(c),
+            Some(_) => return None,
+        };
+        let with_c = c.is_some() && self.beta != 0.0;
+        // The conditions of `packed`, for one row.
+        if m != 1
+            || self.alpha != 1.0
+            || (with_c && self.beta != 1.0)
+            || k != if self.trans_b { wc } else { wr }
+        {
+            return None;
+        }
+        // One `C` for all samples (a constant bias).
+        let same_c = |inputs: &Vec<Option<&Tensor>>| match (inputs.get(2).copied().flatten(), c) {
+            (None, None) => true,
+            (Some(Tensor::F32(ci)), Some(c)) => {
+                ci.as_ptr() == c.as_ptr() && ci.shape() == c.shape()
+            }
+            _ => false,
+        };
+        if !samples.iter().all(same_c) {
+            return None;
+        }
+        let rows = single_rows(samples, x0.shape(), w)?;
+        let start = match c {
+            Some(c) if with_c => {
+                if broadcast_shapes(c.shape(), &[1, n]).ok()? != [1, n] {
+                    return None;
+                }
+                Some(c.broadcast([1, n])?.iter().copied().collect::<Vec<f32>>())
+            }
+            _ => None,
+        };
+        let packed = packed_weight(&self.weights, w, self.trans_b, 1)?;
+        let Packed::Rows(b) = made(&packed) else {
+            return None;
+        };
+        Some(rows_outputs(b, &rows, k, n, start.as_deref(), &[1, n]))
     }
 }
 

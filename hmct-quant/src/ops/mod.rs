@@ -150,6 +150,24 @@ pub trait Kernel: Send + Sync {
         self.run(inputs).map(|out| (out, false))
     }
 
+    /// Whether [`Kernel::run_rows`] may run this node for several samples at once: a
+    /// product of one row by a constant matrix, bound by streaming the matrix from
+    /// memory, which the samples' rows can share.
+    fn batches_rows(&self) -> bool {
+        false
+    }
+
+    /// [`Kernel::run`] on each sample's inputs (`samples[s]` as `inputs`), computed
+    /// together and bit for bit the same per sample, or `None` when these inputs do
+    /// not allow it (the caller then runs each sample alone).
+    fn run_rows(
+        &self,
+        samples: &[Vec<Option<&Tensor>>],
+    ) -> Option<Result<Vec<Vec<Tensor>>, OpError>> {
+        let _ = samples;
+        None
+    }
+
     /// What kind of conv this node's kernel is for a weight (input 1) of shape
     /// `weight`, as far as channel-blocked values go (see [`blocked`]): one that reads
     /// a blocked input 0 and can store a blocked output, or `None` for every other
