@@ -13,9 +13,10 @@
 //! element-wise nodes may run as one pass when no one keeps their intermediate values
 //! (see the `fusion` module); a fused chain computes its nodes' results bit for bit,
 //! so this changes nothing either. Several samples' runs of one configuration may go
-//! together ([`Session::run_many_from`]): each sample runs alone up to its products of
-//! one row by a constant matrix (a classifier), which then run for all samples in one
-//! pass over the matrix, bit for bit the single-row sums.
+//! together ([`Session::run_many_from`]): each sample runs alone up to its MatMuls and
+//! Gemms, and from there the samples go node by node together; a product of one row by
+//! a constant matrix (a classifier) then runs for all samples in one pass over the
+//! matrix, bit for bit the single-row sums.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -266,9 +267,9 @@ impl RunState {
 }
 
 /// The nodes of a run that [`Session::execute_many`] runs in lockstep: those
-/// downstream of a product that batches rows, with every node of a fused chain or
-/// tail one of them belongs to (and their downstream); `None` when the run has no
-/// such product.
+/// downstream of a product that may batch rows (a MatMul or Gemm, of one row or many),
+/// with every node of a fused chain or tail one of them belongs to (and their
+/// downstream); `None` when the run has no such product.
 fn lockstep_nodes(scope: Scope, work: &Work) -> Option<Vec<bool>> {
     let plan = scope.plan;
     let n = plan.nodes.len();
@@ -582,10 +583,13 @@ impl Session {
 
     /// [`Session::execute`] on several samples' `known` values with the same
     /// configurations and wanted slots, bit for bit as one run each. Nodes downstream
-    /// of a product of one row by a constant matrix ([`Kernel::batches_rows`]: a
-    /// classifier) run in lockstep after the rest of each sample's run, and such
-    /// products run for all samples in one pass over their matrix, which they would
-    /// otherwise each stream from memory.
+    /// of a MatMul or Gemm ([`Kernel::batches_rows`]) run in lockstep after the rest
+    /// of each sample's run: such a product of one row by a constant matrix (a
+    /// classifier) runs for all samples in one pass over its matrix, which each would
+    /// otherwise stream from memory; every other node runs per sample, one node after
+    /// another, so a transformer's weights serve all samples while in cache. (Lockstep
+    /// only after one-row products left ViT-S's and Swin-T's probes 7-12% slower;
+    /// lockstep over whole CNN cones made EfficientNet-B0's 5-8% slower: session 44.)
     ///
     /// [`Kernel::batches_rows`]: crate::ops::Kernel::batches_rows
     fn execute_many(

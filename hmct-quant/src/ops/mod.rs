@@ -151,8 +151,8 @@ pub trait Kernel: Send + Sync {
     }
 
     /// Whether [`Kernel::run_rows`] may run this node for several samples at once: a
-    /// product of one row by a constant matrix, bound by streaming the matrix from
-    /// memory, which the samples' rows can share.
+    /// product by a constant matrix, which for one row is bound by streaming the matrix
+    /// from memory, a stream the samples' rows can share.
     fn batches_rows(&self) -> bool {
         false
     }
