@@ -89,7 +89,7 @@ impl PackedRows {
                     .try_into()
                     .expect("a group of ROWS rows");
                 #[cfg(target_arch = "x86_64")]
-                if crate::cpu::features().avx512f {
+                if avx512_rows() {
                     // SAFETY: AVX-512F is present; rows hold `k` values, the panel `k` lines.
                     unsafe { panel_sums_rows_avx512(&rows[i..i + ROWS], panel, group) };
                     i += ROWS;
@@ -148,6 +148,14 @@ fn panel_sums_rows(a: &[Vec<f32>], panel: &[f32], sums: &mut [[f32; LANES]; ROWS
         }
     }
     *sums = acc;
+}
+
+/// Whether [`panel_sums_rows_avx512`] runs: where the CPU has what `panel_sums`'s
+/// AVX-512 version needs, whose fused multiply-adds it must match.
+#[cfg(target_arch = "x86_64")]
+fn avx512_rows() -> bool {
+    let f = crate::cpu::features();
+    f.avx512f && f.avx2 && f.fma
 }
 
 /// [`panel_sums_rows`] with AVX-512 intrinsics: each line loaded once into registers
@@ -306,7 +314,7 @@ mod tests {
             want.map(|r| r.map(f32::to_bits))
         );
         #[cfg(target_arch = "x86_64")]
-        if crate::cpu::features().avx512f {
+        if avx512_rows() {
             let mut got = start;
             // SAFETY: AVX-512F is present; rows hold `k` values.
             unsafe { panel_sums_rows_avx512(&rows, &panel, &mut got) };
