@@ -726,18 +726,16 @@ impl Engine {
                 .map(|(p, samples)| {
                     let p = *p;
                     self.check_cancelled()?;
-                    let base_cfg = match probes[p].base {
-                        Base::Float => &base_configs[0],
-                        Base::Calibrated => &base_configs[1],
-                    };
+                    let calibrated = probes[p].base == Base::Calibrated;
+                    let base_cfg = &base_configs[usize::from(calibrated)];
                     let knowns: Vec<&Values> = batch[samples.clone()]
                         .iter()
-                        .map(|caps| match probes[p].base {
-                            Base::Float => &*caps.float,
-                            Base::Calibrated => caps
+                        .map(|caps| match calibrated {
+                            true => caps
                                 .calibrated
                                 .as_deref()
                                 .expect("calibrated captures exist when a probe needs them"),
+                            false => &*caps.float,
                         })
                         .collect();
                     let t0 = Instant::now();

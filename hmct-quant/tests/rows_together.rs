@@ -17,7 +17,9 @@ fn values(n: usize, seed: u32) -> Vec<f32> {
 
 /// A 1x1 conv 64 -> 96 on a 7x7 map, Relu, global average pool, Flatten, then a Gemm
 /// 96 -> 700 (weight transposed, bias), Relu (a graph output too), a Gemm 700 -> 300
-/// (no bias) and a Softmax, with calibration nodes on the conv.
+/// (no bias) and a Softmax, with calibration nodes on the conv; beside them, the Relu's
+/// 700 values as a 1-D vector times a 700 x 120 MatMul weight (a product that stays
+/// off the single-row kernel when run alone, so it must stay off it together).
 fn classifier() -> Model {
     let weight = |name: &str, shape: &[usize], seed| {
         let t = Tensor::from_f32(shape, values(shape.iter().product(), seed)).unwrap();
@@ -38,14 +40,18 @@ fn classifier() -> Model {
             node("relu1", "Relu", &["g1"], &["h1"]),
             node("fc2", "Gemm", &["h1", "w2"], &["g2"]),
             node("soft", "Softmax", &["g2"], &["y"]),
+            node("flat1", "Reshape", &["h1", "vec_shape"], &["v"]),
+            node("fc3", "MatMul", &["v", "w3"], &["z"]),
         ],
         vec![
             weight("wc", &[96, 64, 1, 1], 1),
             weight("w1", &[700, 96], 2),
             weight("b1", &[700], 3),
             weight("w2", &[700, 300], 4),
+            weight("w3", &[700, 120], 5),
+            tensor_to_proto(&Tensor::from_i64(&[1], vec![700]).unwrap(), "vec_shape"),
         ],
-        vec![named_value("h1"), named_value("y")],
+        vec![named_value("h1"), named_value("y"), named_value("z")],
     );
     let model = Model::from_proto(proto, None).unwrap();
     hmct_ir::testing::calibrate_for_tests(model, 0.5).unwrap()

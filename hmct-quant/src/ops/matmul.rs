@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use hmct_tensor::ndarray::ArrayD;
+use hmct_tensor::ndarray::{ArrayD, ArrayView2};
 use hmct_tensor::{Tensor, bf16, f16};
 use rayon::prelude::*;
 
@@ -169,20 +169,25 @@ struct MatMulKernel {
 }
 
 impl MatMulKernel {
-    fn packed(&self, x: &ArrayD<f32>, w: &ArrayD<f32>) -> Option<Tensor> {
-        let xs = x.shape();
-        let (&k, lead) = xs.split_last()?;
+    /// `(m, k, n)` and the output's shape of a product [`MatMulKernel::packed`] takes:
+    /// `x` of shape `[lead.., k]` with `lead` not empty (`m` rows), `w` of `[k, n]`.
+    fn packed_dims(x: &ArrayD<f32>, w: &ArrayD<f32>) -> Option<(usize, usize, usize, Vec<usize>)> {
+        let (&k, lead) = x.shape().split_last()?;
         if lead.is_empty() || w.ndim() != 2 || w.shape()[0] != k {
             return None;
         }
-        let m: usize = lead.iter().product();
         let n = w.shape()[1];
+        let shape = lead.iter().copied().chain([n]).collect();
+        Some((lead.iter().product(), k, n, shape))
+    }
+
+    fn packed(&self, x: &ArrayD<f32>, w: &ArrayD<f32>) -> Option<Tensor> {
+        let (m, k, n, shape) = Self::packed_dims(x, w)?;
         let packed = packed_weight(&self.weights, w, false, m)?;
         let xd = contiguous(x);
         // Every output is written (summed from zero).
         let mut y = crate::buffers::take(m * n);
         made(&packed).matmul(MatRef::row_major(&xd, k), m, Start::Zero, &mut y);
-        let shape: Vec<usize> = lead.iter().copied().chain([n]).collect();
         array(&shape, y).ok().map(Tensor::F32)
     }
 }
@@ -207,18 +212,15 @@ impl Kernel for MatMulKernel {
         samples: &[Vec<Option<&Tensor>>],
     ) -> Option<Result<Vec<Vec<Tensor>>, OpError>> {
         let (x0, w) = f32_operands(samples.first()?)?;
-        let xs = x0.shape();
-        let (&k, lead) = xs.split_last()?;
-        if lead.iter().product::<usize>() != 1 || w.ndim() != 2 || w.shape()[0] != k {
+        let (m, k, n, shape) = Self::packed_dims(x0, w)?;
+        if m != 1 {
             return None;
         }
-        let rows = single_rows(samples, xs, w)?;
-        let n = w.shape()[1];
+        let rows = single_rows(samples, x0.shape(), w)?;
         let packed = packed_weight(&self.weights, w, false, 1)?;
         let Packed::Rows(b) = made(&packed) else {
             return None;
         };
-        let shape: Vec<usize> = lead.iter().copied().chain([n]).collect();
         Some(rows_outputs(b, &rows, k, n, None, &shape))
     }
 }
@@ -581,12 +583,16 @@ impl GemmKernel {
 
     /// `A·B + C` on the packed GEMM (see [`packed_weight`]) when `alpha` is 1 and
     /// `beta` 1 (or 0, or no `C`): each output summed from its value of `C`.
-    fn packed(
+    /// `(m, k, n)` of a product [`GemmKernel::packed`] takes, with the values of `C`
+    /// each output starts from (`None`: from zero): 2-D operands that fit, `alpha` 1
+    /// and `beta` 1 (or 0, or no `C`), a `C` that broadcasts to `[m, n]`.
+    #[allow(clippy::type_complexity)]
+    fn packed_dims<'c>(
         &self,
         x: &ArrayD<f32>,
         w: &ArrayD<f32>,
-        c: Option<&ArrayD<f32>>,
-    ) -> Option<Result<Tensor, OpError>> {
+        c: Option<&'c ArrayD<f32>>,
+    ) -> Option<(usize, usize, usize, Option<ArrayView2<'c, f32>>)> {
         let (&[xr, xc], &[wr, wc]) = (x.shape(), w.shape()) else {
             return None;
         };
@@ -599,22 +605,36 @@ impl GemmKernel {
         {
             return None;
         }
+        let start = match c {
+            Some(c) if with_c => {
+                if broadcast_shapes(c.shape(), &[m, n]).ok()? != [m, n] {
+                    return None;
+                }
+                Some(c.broadcast([m, n])?)
+            }
+            _ => None,
+        };
+        Some((m, k, n, start))
+    }
+
+    fn packed(
+        &self,
+        x: &ArrayD<f32>,
+        w: &ArrayD<f32>,
+        c: Option<&ArrayD<f32>>,
+    ) -> Option<Result<Tensor, OpError>> {
+        let (m, k, n, c_start) = self.packed_dims(x, w, c)?;
         let packed = packed_weight(&self.weights, w, self.trans_b, m)?;
         // Every output is written: from `C`, or summed from zero.
         let mut y = crate::buffers::take(m * n);
-        let start = match c {
-            Some(c) if with_c => {
-                let csh = c.shape();
-                if broadcast_shapes(csh, &[m, n]).ok()? != [m, n] {
-                    return None;
-                }
-                let cb = c.broadcast([m, n])?;
+        let start = match c_start {
+            Some(cb) => {
                 for (d, &v) in y.iter_mut().zip(cb.iter()) {
                     *d = v;
                 }
                 Start::Output
             }
-            _ => Start::Zero,
+            None => Start::Zero,
         };
         let xd = contiguous(x);
         let xm = if self.trans_a {
@@ -768,23 +788,13 @@ impl Kernel for GemmKernel {
         samples: &[Vec<Option<&Tensor>>],
     ) -> Option<Result<Vec<Vec<Tensor>>, OpError>> {
         let (x0, w) = f32_operands(samples.first()?)?;
-        let (&[xr, xc], &[wr, wc]) = (x0.shape(), w.shape()) else {
-            return None;
-        };
-        let (m, k) = if self.trans_a { (xc, xr) } else { (xr, xc) };
-        let n = if self.trans_b { wr } else { wc };
         let c = match samples[0].get(2).copied().flatten() {
             None => None,
             Some(Tensor::F32(c)) => Some(c),
             Some(_) => return None,
         };
-        let with_c = c.is_some() && self.beta != 0.0;
-        // The conditions of `packed`, for one row.
-        if m != 1
-            || self.alpha != 1.0
-            || (with_c && self.beta != 1.0)
-            || k != if self.trans_b { wc } else { wr }
-        {
+        let (m, k, n, c_start) = self.packed_dims(x0, w, c)?;
+        if m != 1 {
             return None;
         }
         // One `C` for all samples (a constant bias).
@@ -799,15 +809,7 @@ impl Kernel for GemmKernel {
             return None;
         }
         let rows = single_rows(samples, x0.shape(), w)?;
-        let start = match c {
-            Some(c) if with_c => {
-                if broadcast_shapes(c.shape(), &[1, n]).ok()? != [1, n] {
-                    return None;
-                }
-                Some(c.broadcast([1, n])?.iter().copied().collect::<Vec<f32>>())
-            }
-            _ => None,
-        };
+        let start: Option<Vec<f32>> = c_start.map(|cb| cb.iter().copied().collect());
         let packed = packed_weight(&self.weights, w, self.trans_b, 1)?;
         let Packed::Rows(b) = made(&packed) else {
             return None;
