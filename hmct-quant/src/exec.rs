@@ -926,6 +926,7 @@ impl Session {
                 let layouts = Layouts {
                     input: refs[0].is_some_and(blocked::is_blocked),
                     output: b.write[tail.chain().output],
+                    wide: b.wide[tail.chain().output],
                 };
                 let (out, ran) = kernel
                     .run_blocked(&refs, Some(&tail), layouts)
@@ -1062,6 +1063,7 @@ impl Session {
                         let layouts = Layouts {
                             input: refs[0].is_some_and(blocked::is_blocked),
                             output: b.write[node.outputs[0]],
+                            wide: b.wide[node.outputs[0]],
                         };
                         let out = kernel.run_blocked(&refs, None, layouts).map(|(out, _)| out);
                         if let Ok(out) = &out {

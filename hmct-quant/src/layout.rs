@@ -11,6 +11,8 @@
 //! is a conv reading it as data or a layout-free node of the group; none of it is a
 //! graph output; and a depthwise conv reads or writes it, whose kernel otherwise
 //! transposes both ways (between pointwise convs alone the transposes cost little).
+//! A group whose conv readers are all depthwise convs of stride 2 or with 25 taps or
+//! more is `wide`: its convs store it blocked on planes up to 28x28, not only 20x20.
 //!
 //! This is a preference: the executor converts a blocked value back whenever a node
 //! that does not take it reads it (a per-channel calibration, a layout-free node whose
@@ -29,6 +31,10 @@ use hmct_tensor::Tensor;
 pub(crate) struct Blocked {
     pub write: Vec<bool>,
     pub may: Vec<bool>,
+    /// Per slot: every conv that reads the slot's group is a depthwise conv with
+    /// `reads_wide`, so a conv writing it may store it blocked on planes up to
+    /// [`WIDE_PLANE`](crate::ops::blocked::WIDE_PLANE) (`Layouts::wide`).
+    pub wide: Vec<bool>,
     /// Per node: a conv that reads blocked values (run with `Kernel::run_blocked`).
     pub convs: Vec<bool>,
     /// Per node: a layout-free element-wise kernel (not a calibration node).
@@ -135,7 +141,7 @@ impl Blocked {
         }
         let mut gains = vec![false; n];
         for (i, node) in nodes.iter().enumerate() {
-            if kinds[i] != Some(BlockedConv::Depthwise) {
+            if !matches!(kinds[i], Some(BlockedConv::Depthwise { .. })) {
                 continue;
             }
             for s in node.inputs[..1].iter().flatten().chain(&node.outputs[..1]) {
@@ -150,6 +156,21 @@ impl Blocked {
                 cand[s] = false;
             }
         }
+
+        // Groups whose conv readers all take a wide blocked input.
+        let mut narrow = vec![false; n];
+        for (i, node) in nodes.iter().enumerate() {
+            let Some(kind) = kinds[i] else { continue };
+            if let Some(s) = node.inputs[0].filter(|&s| cand[s])
+                && !matches!(kind, BlockedConv::Depthwise { reads_wide: true })
+            {
+                let r = root(&mut group, s);
+                narrow[r] = true;
+            }
+        }
+        let wide = (0..n)
+            .map(|s| cand[s] && !narrow[root(&mut group, s)])
+            .collect();
 
         // Convs store blocked what they write: their output, or their tail's.
         let mut write = vec![false; n];
@@ -167,6 +188,7 @@ impl Blocked {
         Blocked {
             write,
             may: cand,
+            wide,
             convs,
             layout_free,
         }

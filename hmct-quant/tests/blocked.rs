@@ -250,3 +250,98 @@ fn f64_convs_run_as_before() {
             .all(|(a, b)| a.to_bits() == b.to_bits())
     );
 }
+
+/// Three pointwise convs 32 -> 64 on a 28x28 map (larger than the 20x20 planes that
+/// convs store blocked for any reader), each with its activation, each read by one
+/// depthwise conv: 3x3 of stride 2, 3x3 of stride 1, 5x5 of stride 1; then a pointwise
+/// conv 64 -> 32 after each.
+fn wide_blocks() -> Model {
+    let weight = |name: &str, shape: &[usize], seed| {
+        let t = Tensor::from_f32(shape, values(shape.iter().product(), seed)).unwrap();
+        tensor_to_proto(&t, name)
+    };
+    let conv = |name: &str, x: &str, w: &str, y: &str, group: i64, stride: i64, pad: i64| {
+        let mut n = node(name, "Conv", &[x, w], &[y]);
+        n.attribute.push(ints_attr("pads", vec![pad; 4]));
+        n.attribute.push(ints_attr("strides", vec![stride; 2]));
+        n.attribute.push(int_attr("group", group));
+        n
+    };
+    let mut nodes = Vec::new();
+    let mut weights = Vec::new();
+    for (i, (k, stride)) in [(3, 2), (3, 1), (5, 1)].into_iter().enumerate() {
+        let at = |s: &str| format!("{s}{i}");
+        nodes.push(conv(&at("e"), "x", &at("we"), &at("a"), 1, 1, 0));
+        nodes.push(node(&at("r"), "Relu", &[&at("a")], &[&at("b")]));
+        nodes.push(conv(
+            &at("d"),
+            &at("b"),
+            &at("wd"),
+            &at("c"),
+            64,
+            stride,
+            k / 2,
+        ));
+        nodes.push(conv(&at("p"), &at("c"), &at("wp"), &at("y"), 1, 1, 0));
+        let seed = 10 * i as u32;
+        weights.push(weight(&at("we"), &[64, 32, 1, 1], seed + 1));
+        weights.push(weight(
+            &at("wd"),
+            &[64, 1, k as usize, k as usize],
+            seed + 2,
+        ));
+        weights.push(weight(&at("wp"), &[32, 64, 1, 1], seed + 3));
+    }
+    let proto = model(
+        vec![float_value("x", &[1, 32, 28, 28])],
+        nodes,
+        weights,
+        vec![named_value("y0"), named_value("y1"), named_value("y2")],
+    );
+    Model::from_proto(proto, None).unwrap()
+}
+
+/// A 28x28 value is stored blocked only for depthwise convs that run on the band
+/// kernel from it (stride 2, or 25 taps or more), and changes no bit either way.
+#[test]
+fn wide_values_are_blocked_for_band_kernel_readers_only() {
+    let m = wide_blocks();
+    let x = Tensor::from_f32(&[1, 32, 28, 28], values(32 * 28 * 28, 11)).unwrap();
+    for threads in [1, 2] {
+        let blocked = Session::new(plan_model(&m).unwrap(), threads).unwrap();
+        let plain = Session::new(plan_model(&m).unwrap(), threads)
+            .unwrap()
+            .without_blocked_values();
+        let want = plain.run(&[("x", x.clone())], &Config::float()).unwrap();
+        let got = blocked.run(&[("x", x.clone())], &Config::float()).unwrap();
+        assert_eq!(all_bits(&got), all_bits(&want), "{threads} threads");
+        if blocked.blocked_values() == 0 {
+            // No AVX-512 (or HMCT_BLOCKED=off): nothing more to see.
+            continue;
+        }
+        let plan = blocked.plan();
+        let bound = blocked.bind_inputs(&[("x", x.clone())]).unwrap();
+        let kept = blocked
+            .run_from(&bound, None, &Config::float(), plan.outputs(), Capture::All)
+            .unwrap();
+        let rank = |name: &str| kept.get(plan.value(name).unwrap()).unwrap().shape().len();
+        assert_eq!(rank("b0"), 5, "read by a depthwise conv of stride 2");
+        assert_eq!(rank("b1"), 4, "read by a 3x3 depthwise conv of stride 1");
+        assert_eq!(rank("b2"), 5, "read by a 5x5 depthwise conv");
+        let plain_bound = plain.bind_inputs(&[("x", x.clone())]).unwrap();
+        let plain_kept = plain
+            .run_from(
+                &plain_bound,
+                None,
+                &Config::float(),
+                plan.outputs(),
+                Capture::All,
+            )
+            .unwrap();
+        for slot in 0..plan.num_values() {
+            let a = blocked.value(&kept, slot).unwrap();
+            let b = plain.value(&plain_kept, slot).unwrap();
+            assert_eq!(bits(&a), bits(&b), "value {}", plan.value_name(slot));
+        }
+    }
+}

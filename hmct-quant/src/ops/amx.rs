@@ -1610,7 +1610,15 @@ mod tests {
         };
         let nchw = run(Layouts::default());
         for (input, output) in [(true, false), (false, true), (true, true)] {
-            assert_eq!(run(Layouts { input, output }), nchw, "{input} {output}");
+            assert_eq!(
+                run(Layouts {
+                    input,
+                    output,
+                    wide: false
+                }),
+                nchw,
+                "{input} {output}"
+            );
         }
     }
 

@@ -24,13 +24,28 @@ pub struct Layouts {
     /// The output should be blocked (a request: kernels without a blocked store, or
     /// whose tail has per-channel operands, store NCHW).
     pub output: bool,
+    /// Every conv that reads the output is a depthwise conv that runs on the band
+    /// kernel from planes up to [`WIDE_PLANE`] (see [`BlockedConv::Depthwise`]), so a
+    /// blocked output may be that large.
+    pub wide: bool,
 }
+
+/// The most positions per channel of a blocked value whose conv readers are all
+/// depthwise convs with `reads_wide` (see [`BlockedConv::Depthwise`]); other blocked
+/// values stop at a 20x20 plane (`conv`'s `BLOCKED_PLANE`).
+pub(crate) const WIDE_PLANE: usize = 28 * 28;
 
 /// The convs that read blocked values natively (with AVX-512): depthwise (one channel
 /// per group, stride 1 or 2) and pointwise (1x1, one group, no stride or padding).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BlockedConv {
-    Depthwise,
+    /// `reads_wide`: stride 2, or a kernel of 25 taps or more. From an NCHW input of
+    /// up to 28x28 such a conv runs on `conv_dw`'s band kernel, which transposes its
+    /// input in; a blocked input is copied in as it is. Stride 1 with a smaller
+    /// kernel runs on `dw_rows` from NCHW there, faster than the band kernel.
+    Depthwise {
+        reads_wide: bool,
+    },
     Pointwise,
 }
 

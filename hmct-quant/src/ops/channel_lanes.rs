@@ -1223,6 +1223,7 @@ mod tests {
             let all = Layouts {
                 input: true,
                 output: true,
+                wide: false,
             };
             assert!(runs_blocked(&g, m, c, 1, all), "case {i}");
             let plane = g.out_vol();
@@ -1246,7 +1247,11 @@ mod tests {
             );
             let xb = block_slice(&x, n, c, plane);
             for (input, output) in [(true, false), (false, true), (true, true)] {
-                let layouts = Layouts { input, output };
+                let layouts = Layouts {
+                    input,
+                    output,
+                    wide: false,
+                };
                 let mut got = vec![f32::NAN; want.len()];
                 let from = if input { &xb } else { &x };
                 conv(

@@ -232,7 +232,9 @@ impl Kernel for ConvKernel {
             && unit(&self.attrs.strides)
             && unit(&self.attrs.dilations);
         match (self.integer, depthwise, pointwise) {
-            (false, true, _) => Some(BlockedConv::Depthwise),
+            (false, true, _) => Some(BlockedConv::Depthwise {
+                reads_wide: !at_most(&self.attrs.strides, 1) || kh * kw >= 25,
+            }),
             (false, _, true) => Some(BlockedConv::Pointwise),
             _ => None,
         }
@@ -333,6 +335,8 @@ const M_BLOCK: usize = 64;
 /// output rows per load, beat the blocked band kernel: MobileNetV2's depthwise convs
 /// at 28x28 0.162 against 0.185 ms per run, at 56x56 and 112x112 0.22-0.35 against
 /// 0.35-0.51 (`run --profile`, `tools/conv_classes.py`, on builds with larger limits).
+/// Up to [`super::blocked::WIDE_PLANE`] when every conv reading the value is a
+/// depthwise conv that runs on the band kernel from it anyway (`Layouts::wide`).
 const BLOCKED_PLANE: usize = 20 * 20;
 
 /// Conv forward on row-major data. Returns the output and its shape.
@@ -441,7 +445,11 @@ pub(crate) fn conv_nd<T: Scalar>(
     if n * m * out_vol == 0 {
         return Ok((Vec::new(), shape, tail_ran));
     }
-    if out_vol > BLOCKED_PLANE {
+    let most = match layouts.wide {
+        true => super::blocked::WIDE_PLANE,
+        false => BLOCKED_PLANE,
+    };
+    if out_vol > most {
         layouts.output = false;
     }
     let mg = m / group;

@@ -8,8 +8,9 @@
 //! sixteen channels, as in onnxruntime's NCHWc layout: a task transposes a band of
 //! rows of sixteen channel planes into one buffer, position-major with the zero
 //! padding in place (split into four phase planes for stride 2, so that consecutive
-//! outputs read consecutive positions), sums tiles of sixteen outputs in registers,
-//! transposes each tile back and stores every channel's run of outputs.
+//! outputs read consecutive positions), sums tiles of up to sixteen outputs of a row
+//! (two rows of eight or fewer) in registers, transposes each tile back and stores
+//! every channel's run of outputs.
 //!
 //! With AVX2 a tile is eight consecutive *outputs* (each with its own position in the
 //! buffer), not eight consecutive positions: positions between output rows (a 5x5
@@ -489,6 +490,14 @@ mod avx512 {
     /// outputs at `y + l·out_vol`, or with `BLOCKED` each output's 16 lanes at
     /// `y + 16·output` (a block of a blocked output).
     ///
+    /// A tile is a run of up to 16 outputs of one row: output `(o, j)` reads the band
+    /// from flat position `(o - o0)·width + j`, and the positions past a row's end
+    /// (`width - ow` of them, 4 of every 18 for a 5x5 kernel on a 14x14 map, 4 of 11
+    /// for a 5x5 kernel at 7x7) are not summed. The tiles of 16 consecutive positions
+    /// that this replaced summed them and dropped them: 256 sums for 196 outputs at
+    /// 14x14, 80 for 49 at 7x7. A tile's outputs of one channel are one run, stored
+    /// under a mask.
+    ///
     /// # Safety
     /// The CPU has AVX-512F; `buf` was filled by [`fill`] for this band; `y` points to
     /// `nch` output planes of `out_vol` values (with `BLOCKED` a block's `out_vol`
@@ -510,65 +519,104 @@ mod avx512 {
     ) {
         let ow = g.out[2];
         let width = bands.width;
-        // Flat positions: output (o, j) is position (o - o0)·width + j; those with
-        // j >= ow are summed and dropped.
-        let nq = (o1 - o0 - 1) * width + ow;
-        assert!((nq + LANES + bands.reach()) * LANES <= buf.len());
+        // The last output's position, and the reach of its taps.
+        let last = (o1 - o0 - 1) * width + ow;
+        assert!((last + bands.reach()) * LANES <= buf.len());
         assert!(wt.len() == bands.taps.len() * LANES && start.len() == LANES);
         // SAFETY (whole body): reads of `buf` stay below the bound asserted above; the
-        // stores write kept lanes of output rows `o0 .. o1` of channels below `nch`.
+        // stores write outputs of rows `o0 .. o1` of channels below `nch`.
         unsafe {
             let bias = _mm512_loadu_ps(start.as_ptr());
-            // Band row and column of position `q0` (kept without a division per tile).
-            let (mut row, mut col) = (0, 0);
-            for q0 in (0..nq).step_by(LANES) {
-                let mut acc = [bias; 16];
-                for (t, &off) in bands.taps.iter().enumerate() {
-                    let wv = _mm512_loadu_ps(wt.as_ptr().add(t * LANES));
-                    let p = buf.as_ptr().add((q0 + off) * LANES);
-                    for (j, a) in acc.iter_mut().enumerate() {
-                        *a = _mm512_fmadd_ps(wv, _mm512_loadu_ps(p.add(j * LANES)), *a);
-                    }
-                }
-                if BLOCKED {
-                    let (mut r, mut c) = (row, col);
-                    for a in acc.iter().take(LANES.min(nq - q0)) {
-                        if c < ow {
-                            _mm512_storeu_ps(y.add(((o0 + r) * ow + c) * LANES), *a);
+            // Rows of 8 outputs or fewer go two to a tile.
+            let pair = ow <= LANES / 2;
+            let mut o = o0;
+            while o < o1 {
+                let rows = if pair && o + 1 < o1 { 2 } else { 1 };
+                for c0 in (0..ow).step_by(LANES) {
+                    let len = LANES.min(ow - c0);
+                    let p = buf.as_ptr().add(((o - o0) * width + c0) * LANES);
+                    let mut acc = sums(len, rows, p, width, &bands.taps, wt.as_ptr(), bias);
+                    // Two rows are whole rows: their outputs are one run too.
+                    let (first, count) = (o * ow + c0, len * rows);
+                    if BLOCKED {
+                        for (j, a) in acc.iter().enumerate().take(count) {
+                            _mm512_storeu_ps(y.add((first + j) * LANES), *a);
                         }
-                        c += 1;
-                        if c == width {
-                            (r, c) = (r + 1, 0);
-                        }
+                        continue;
                     }
-                    (row, col) = (r, c);
-                    continue;
-                }
-                transpose(&mut acc);
-                // Positions kept: inside the band and the output width. Kept positions
-                // are consecutive outputs, so each channel's are one run.
-                let mut keep: __mmask16 = 0;
-                let mut first = None;
-                let (mut r, mut c) = (row, col);
-                for j in 0..LANES.min(nq - q0) {
-                    if c < ow {
-                        keep |= 1 << j;
-                        first.get_or_insert((o0 + r) * ow + c);
-                    }
-                    c += 1;
-                    if c == width {
-                        (r, c) = (r + 1, 0);
+                    transpose(&mut acc);
+                    for (l, &a) in acc.iter().enumerate().take(nch) {
+                        _mm512_mask_storeu_ps(y.add(l * out_vol + first), mask(count), a);
                     }
                 }
-                (row, col) = (r, c);
-                let Some(first) = first else { continue };
-                let kept = mask(keep.count_ones() as usize);
-                for (l, &a) in acc.iter().enumerate().take(nch) {
-                    let dst = y.add(l * out_vol + first);
-                    _mm512_mask_storeu_ps(dst, kept, _mm512_maskz_compress_ps(keep, a));
+                o += rows;
+            }
+        }
+    }
+
+    /// The sums of a tile of `rows` (1, or 2 for `len <= 8`) runs of `len <= 16`
+    /// consecutive positions, the first from `p` and the second `width` positions
+    /// further (lanes past them hold `start`): each `start + Σ_taps w·x` in tap order.
+    /// The counts are constants of each copy of [`sums_of`], so that its sums stay in
+    /// registers.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; every position of the tile plus every tap's offset lies
+    /// inside the band buffer, 16 lanes each; `wt` holds 16 lanes per tap.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn sums(
+        len: usize,
+        rows: usize,
+        p: *const f32,
+        width: usize,
+        taps: &[usize],
+        wt: *const f32,
+        start: __m512,
+    ) -> [__m512; 16] {
+        macro_rules! by_len {
+            ($rows:literal; $($n:literal)*) => {
+                match len {
+                    // SAFETY: as this function's caller vouched.
+                    $($n => unsafe { sums_of::<$n, $rows>(p, width, taps, wt, start) },)*
+                    _ => unreachable!("a tile holds 1 to 16 outputs"),
+                }
+            };
+        }
+        match rows {
+            1 => by_len!(1; 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16),
+            _ => by_len!(2; 1 2 3 4 5 6 7 8),
+        }
+    }
+
+    /// [`sums`] for `R` runs of `N` positions.
+    ///
+    /// # Safety
+    /// As [`sums`].
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn sums_of<const N: usize, const R: usize>(
+        p: *const f32,
+        width: usize,
+        taps: &[usize],
+        wt: *const f32,
+        start: __m512,
+    ) -> [__m512; 16] {
+        let mut acc = [start; 16];
+        // SAFETY: as the caller vouched.
+        unsafe {
+            for (t, &off) in taps.iter().enumerate() {
+                let wv = _mm512_loadu_ps(wt.add(t * LANES));
+                for r in 0..R {
+                    let q = p.add((off + r * width) * LANES);
+                    for j in 0..N {
+                        let a = &mut acc[r * N + j];
+                        *a = _mm512_fmadd_ps(wv, _mm512_loadu_ps(q.add(j * LANES)), *a);
+                    }
                 }
             }
         }
+        acc
     }
 }
 
@@ -862,7 +910,11 @@ mod tests {
             );
             let xb = block_slice(&x, n, c, in_vol);
             for (input, output) in [(true, false), (false, true), (true, true)] {
-                let layouts = Layouts { input, output };
+                let layouts = Layouts {
+                    input,
+                    output,
+                    wide: false,
+                };
                 let mut got = vec![f32::NAN; want.len()];
                 let from = if input { &xb } else { &x };
                 conv(from, &w, Some(&bias), &mut got, n, c, &g, None, layouts);
