@@ -490,7 +490,8 @@ mod avx512 {
     /// outputs at `y + l·out_vol`, or with `BLOCKED` each output's 16 lanes at
     /// `y + 16·output` (a block of a blocked output).
     ///
-    /// A tile is a run of up to 16 outputs of one row: output `(o, j)` reads the band
+    /// A tile is a run of up to 16 outputs of one row (rows wider than 16 in runs of
+    /// equal length), or two rows of 8 or fewer: output `(o, j)` reads the band
     /// from flat position `(o - o0)·width + j`, and the positions past a row's end
     /// (`width - ow` of them, 4 of every 18 for a 5x5 kernel on a 14x14 map, 4 of 11
     /// for a 5x5 kernel at 7x7) are not summed. The tiles of 16 consecutive positions
@@ -529,11 +530,14 @@ mod avx512 {
             let bias = _mm512_loadu_ps(start.as_ptr());
             // Rows of 8 outputs or fewer go two to a tile.
             let pair = ow <= LANES / 2;
+            // Rows wider than 16 split into runs of equal length (20 into 10 and 10,
+            // not 16 and 4), each with as many independent sums as can be.
+            let step = ow.div_ceil(ow.div_ceil(LANES));
             let mut o = o0;
             while o < o1 {
                 let rows = if pair && o + 1 < o1 { 2 } else { 1 };
-                for c0 in (0..ow).step_by(LANES) {
-                    let len = LANES.min(ow - c0);
+                for c0 in (0..ow).step_by(step) {
+                    let len = step.min(ow - c0);
                     let p = buf.as_ptr().add(((o - o0) * width + c0) * LANES);
                     let mut acc = sums(len, rows, p, width, &bands.taps, wt.as_ptr(), bias);
                     // Two rows are whole rows: their outputs are one run too.
