@@ -706,3 +706,105 @@ fn residual_adds_and_calibration_nodes_join_conv_tails() {
         }
     }
 }
+
+/// A SiLU whose Sigmoid output goes through a calibration node before the Mul (as in
+/// calibrated EfficientNets and YOLOs) runs in the conv's tail as one step: bit for
+/// bit the node-by-node outputs with that calibration node off, on, in float16 and
+/// per channel (which keeps the chain apart), full runs and probes, 1 and 2 threads.
+#[test]
+fn a_silu_split_by_a_calibration_node_joins_the_conv_tail() {
+    use hmct_quant::fake_quant::QType;
+    use hmct_quant::{FakeQuant, Override};
+    let c = 16usize;
+    let nodes = vec![
+        node("c1", "Conv", &["x", "w1"], &["a"]),
+        node("sig", "Sigmoid", &["a"], &["g"]),
+        node("mul", "Mul", &["a", "g"], &["b"]),
+        node("c2", "Conv", &["b", "w2"], &["y"]),
+    ];
+    let weight = |name: &str, seed: u32| {
+        let w = smooth(c * c, seed).into_iter().map(|v| v * 3.0 / c as f32);
+        constant(name, &[c, c, 1, 1], w.collect())
+    };
+    let proto = model(
+        vec![float_value("x", &[1, c as i64, 12, 10])],
+        nodes,
+        vec![weight("w1", 1), weight("w2", 2)],
+        vec![named_value("y")],
+    );
+    let m = Model::from_proto(proto, None).unwrap();
+    let m = hmct_ir::testing::calibrate_for_tests(m, 2.0).unwrap();
+    let mul = m.nodes().iter().position(|n| n.name() == "mul").unwrap();
+    let m = m
+        .insert_calibrations(vec![hmct_ir::CalibrationInsert {
+            spec: hmct_ir::CalibrationSpec {
+                name: "g_HzCalibration".into(),
+                input: "g".into(),
+                output: "g_HzCalibration_output".into(),
+                tensor_type: hmct_ir::TensorType::Feature,
+                qtype: hmct_ir::QType::INT8,
+                thresholds: vec![1.0],
+                axis: None,
+                group: None,
+                constant: 1,
+                switch_on: true,
+            },
+            consumers: vec![(mul, 1)],
+        }])
+        .unwrap();
+    let x = Tensor::from_f32(&[1, c, 12, 10], smooth(c * 120, 5)).unwrap();
+    for threads in [1, 2] {
+        let fused = Session::new(plan_model(&m).unwrap(), threads)
+            .unwrap()
+            .with_profiling();
+        let plain = Session::new(plan_model(&m).unwrap(), threads)
+            .unwrap()
+            .without_fusion();
+        let plan = fused.plan();
+        let index = |n: &str| plan.node_index(n).unwrap();
+        let tail = fused.fused_tail(index("c1")).expect("c1 has a tail");
+        for member in ["sig", "g_HzCalibration", "mul"] {
+            assert!(tail.contains(&index(member)), "{member} in c1's tail");
+        }
+        let g = plan.calibration("g_HzCalibration").unwrap();
+        let int8 = QType::Int {
+            bits: 8,
+            signed: true,
+        };
+        let per_channel: Vec<f32> = (0..c).map(|i| 0.5 + 0.1 * i as f32).collect();
+        let per_channel = FakeQuant::from_thresholds(int8, &per_channel, Some(1)).unwrap();
+        let configs = [
+            Config::float(),
+            Config::calibrated(),
+            Config::calibrated().with(g, Override::Off),
+            Config::float().with(g, Override::On),
+            Config::calibrated().with(g, Override::Set(FakeQuant::Float16)),
+            Config::calibrated().with(g, Override::Set(per_channel)),
+        ];
+        let run = |s: &Session, cfg: &Config| s.run(&[("x", x.clone())], cfg).unwrap();
+        for cfg in &configs {
+            let (got, want) = (run(&fused, cfg), run(&plain, cfg));
+            assert_eq!(bits(&got[0]), bits(&want[0]), "{cfg:?}, {threads} threads");
+        }
+        // The sigmoid's calibration changes the output when on (the test would not
+        // see a fused step that skipped it otherwise).
+        assert_ne!(
+            bits(&run(&fused, &configs[2])[0]),
+            bits(&run(&fused, &configs[1])[0])
+        );
+        let outputs = plan.outputs().to_vec();
+        let bound = fused.bind_inputs(&[("x", x.clone())]).unwrap();
+        for base in [Config::float(), Config::calibrated()] {
+            let kept = fused
+                .run_from(&bound, None, &base, &outputs, Capture::All)
+                .unwrap();
+            for cfg in &configs {
+                let probe = fused
+                    .run_from(&kept, Some(&base), cfg, &outputs, Capture::Wanted)
+                    .unwrap();
+                let got = fused.value(&probe, outputs[0]).unwrap();
+                assert_eq!(bits(&got), bits(&run(&plain, cfg)[0]), "probe {cfg:?}");
+            }
+        }
+    }
+}
