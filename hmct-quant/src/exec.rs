@@ -31,7 +31,7 @@ use crate::fusion::{Chain, Chains, Tail};
 use crate::layout::Blocked;
 use crate::ops::OpError;
 use crate::ops::blocked::{self, Layouts};
-use crate::plan::{NodeOp, Plan, Slot};
+use crate::plan::{NodeOp, Plan, PlanNode, Slot};
 
 /// Errors while running. A node's error names the node; the kernel's error is its
 /// `source`, printed once by whoever prints the chain ([`hmct_ir::error_chain`]).
@@ -263,6 +263,33 @@ impl RunState {
             }
         }
         values
+    }
+}
+
+/// Adds `calls` calls of node `i`, which began at `start`, to the session's profile
+/// when it keeps one; `count` adds them to the counter of their kind.
+fn record(
+    scope: Scope,
+    start: Option<Instant>,
+    i: usize,
+    calls: u32,
+    count: impl FnOnce(&mut NodeTimes),
+) {
+    if let (Some(profile), Some(start)) = (scope.profile, start) {
+        let mut p = profile.lock().unwrap_or_else(|e| e.into_inner());
+        p.total[i] += start.elapsed();
+        p.calls[i] += calls;
+        count(&mut p);
+    }
+}
+
+/// The error of `node`'s kernel as the run reports it.
+fn node_error(node: &PlanNode) -> impl Fn(OpError) -> RunError + Copy + '_ {
+    |source| RunError::Node {
+        node: node.name.clone(),
+        op_type: node.op_type.clone(),
+        opset: node.opset,
+        source,
     }
 }
 
@@ -759,12 +786,7 @@ impl Session {
                 fused[j] = true;
             }
             release_side(chain, values, keep, last_use);
-            if let (Some(profile), Some(start)) = (scope.profile, start) {
-                let mut p = profile.lock().unwrap_or_else(|e| e.into_inner());
-                p.total[i] += start.elapsed();
-                p.calls[i] += 1;
-                p.fused_calls[i] += 1;
-            }
+            record(scope, start, i, 1, |p| p.fused_calls[i] += 1);
             return Ok(());
         }
         // An element-wise chain that alone reads this node's output, run by the
@@ -780,14 +802,9 @@ impl Session {
                 false,
             ),
         };
-        if let (Some(profile), Some(start)) = (scope.profile, start) {
-            let mut p = profile.lock().unwrap_or_else(|e| e.into_inner());
-            p.total[i] += start.elapsed();
-            p.calls[i] += 1;
-            if tail_ran {
-                p.tail_calls[i] += 1;
-            }
-        }
+        record(scope, start, i, 1, |p| {
+            p.tail_calls[i] += u32::from(tail_ran)
+        });
         match tail.filter(|_| tail_ran) {
             Some(chain) => {
                 // The output is the chain's; the node's own and the chain's
@@ -866,20 +883,12 @@ impl Session {
         let Some(outputs) = kernel.run_rows(&refs) else {
             return Ok(false);
         };
-        let outputs = outputs.map_err(|source| RunError::Node {
-            node: node.name.clone(),
-            op_type: node.op_type.clone(),
-            opset: node.opset,
-            source,
-        })?;
+        let outputs = outputs.map_err(node_error(node))?;
+        // The inputs' last readers may recycle their buffers below: let go of them.
         drop(refs);
         drop(inputs);
-        if let (Some(profile), Some(start)) = (scope.profile, start) {
-            let mut p = profile.lock().unwrap_or_else(|e| e.into_inner());
-            p.total[i] += start.elapsed();
-            p.calls[i] += states.len() as u32;
-            p.rows_calls[i] += states.len() as u32;
-        }
+        let samples = states.len() as u32;
+        record(scope, start, i, samples, |p| p.rows_calls[i] += samples);
         for (state, outs) in states.iter_mut().zip(outputs) {
             for (&slot, t) in node.outputs.iter().zip(outs) {
                 state.values.slots[slot] = Some(Arc::new(t));
@@ -906,12 +915,7 @@ impl Session {
     ) -> Result<(Vec<Arc<Tensor>>, bool), RunError> {
         let node = &plan.nodes[i];
         let tail = tail.args(|c| config.effective(plan, c), None);
-        let node_err = |source| RunError::Node {
-            node: node.name.clone(),
-            op_type: node.op_type.clone(),
-            opset: node.opset,
-            source,
-        };
+        let node_err = node_error(node);
         let NodeOp::Kernel(kernel) = &node.op else {
             unreachable!("tails are found for kernel nodes only")
         };
@@ -966,12 +970,7 @@ impl Session {
     ) -> Result<Vec<Arc<Tensor>>, RunError> {
         let node = &plan.nodes[i];
         let fetch = |values: &Values, s: Slot| values.fetch(plan, s);
-        let node_err = |source| RunError::Node {
-            node: node.name.clone(),
-            op_type: node.op_type.clone(),
-            opset: node.opset,
-            source,
-        };
+        let node_err = node_error(node);
         match &node.op {
             NodeOp::Calibration(c) => {
                 let cal = &plan.calibrations[*c];

@@ -129,17 +129,28 @@ fn single_rows<'a>(
         .collect()
 }
 
-/// The products of `rows` (each `k` values) with a single-row weight, summed from
-/// `start` (one value per column) or zero, in one pass over the weight; one output
-/// of shape `shape` per row, each the bits a product of that row alone gives.
-fn rows_outputs(
-    b: &super::gemv::PackedRows,
-    rows: &[std::borrow::Cow<'_, [f32]>],
-    k: usize,
-    n: usize,
+/// The products of each sample's one row (input 0, of shape `x_shape`, `k` values) by
+/// the weight `w` (`k × n`, or `n × k` with `w_transposed`) as packed for one row,
+/// summed from `start` (one value per column) or zero, in one pass over the weight;
+/// one output of shape `shape` per sample, each the bits a product of that row alone
+/// gives. `None` when the samples do not share `w` ([`single_rows`]) or `w` is not
+/// packed for single rows.
+#[allow(clippy::too_many_arguments)]
+fn rows_together(
+    weights: &PackedWeight,
+    samples: &[Vec<Option<&Tensor>>],
+    x_shape: &[usize],
+    w: &ArrayD<f32>,
+    w_transposed: bool,
+    (k, n): (usize, usize),
     start: Option<&[f32]>,
     shape: &[usize],
-) -> Result<Vec<Vec<Tensor>>, OpError> {
+) -> Option<Result<Vec<Vec<Tensor>>, OpError>> {
+    let rows = single_rows(samples, x_shape, w)?;
+    let packed = packed_weight(weights, w, w_transposed, 1)?;
+    let Packed::Rows(b) = made(&packed) else {
+        return None;
+    };
     let m = rows.len();
     let a: Vec<f32> = rows.iter().flat_map(|r| r.iter().copied()).collect();
     let mut y = vec![0.0f32; m * n];
@@ -153,13 +164,15 @@ fn rows_outputs(
         None => Start::Zero,
     };
     b.matmul(MatRef::row_major(&a, k), m, from, &mut y);
-    y.chunks_exact(n)
+    let outputs = y
+        .chunks_exact(n)
         .map(|yi| {
             let mut out = crate::buffers::take(n);
             out.copy_from_slice(yi);
             array(shape, out).map(|t| vec![Tensor::F32(t)])
         })
-        .collect()
+        .collect();
+    Some(outputs)
 }
 
 /// MatMul: f32 products with a constant right operand on the packed GEMM, the rest on
@@ -216,12 +229,16 @@ impl Kernel for MatMulKernel {
         if m != 1 {
             return None;
         }
-        let rows = single_rows(samples, x0.shape(), w)?;
-        let packed = packed_weight(&self.weights, w, false, 1)?;
-        let Packed::Rows(b) = made(&packed) else {
-            return None;
-        };
-        Some(rows_outputs(b, &rows, k, n, None, &shape))
+        rows_together(
+            &self.weights,
+            samples,
+            x0.shape(),
+            w,
+            false,
+            (k, n),
+            None,
+            &shape,
+        )
     }
 }
 
@@ -808,13 +825,18 @@ impl Kernel for GemmKernel {
         if !samples.iter().all(same_c) {
             return None;
         }
-        let rows = single_rows(samples, x0.shape(), w)?;
         let start: Option<Vec<f32>> = c_start.map(|cb| cb.iter().copied().collect());
-        let packed = packed_weight(&self.weights, w, self.trans_b, 1)?;
-        let Packed::Rows(b) = made(&packed) else {
-            return None;
-        };
-        Some(rows_outputs(b, &rows, k, n, start.as_deref(), &[1, n]))
+        let (x_shape, shape) = (x0.shape(), [1, n]);
+        rows_together(
+            &self.weights,
+            samples,
+            x_shape,
+            w,
+            self.trans_b,
+            (k, n),
+            start.as_deref(),
+            &shape,
+        )
     }
 }
 
