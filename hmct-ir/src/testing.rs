@@ -156,6 +156,34 @@ pub fn calibrate_for_tests(model: Model, activation_threshold: f32) -> Result<Mo
     model.insert_calibrations(inserts)
 }
 
+/// An int8 activation calibration node `<value>_HzCalibration` (output
+/// `<value>_HzCalibration_output`) with one threshold, between `value` and input
+/// `input` of node `reader` only: where [`calibrate_for_tests`] puts none, such as
+/// between a SiLU's Sigmoid and Mul, as calibrated models have.
+pub fn feature_calibration(
+    model: &Model,
+    value: &str,
+    reader: &str,
+    input: usize,
+    threshold: f32,
+) -> Result<CalibrationInsert, IrError> {
+    Ok(CalibrationInsert {
+        spec: CalibrationSpec {
+            name: format!("{value}_HzCalibration"),
+            input: value.into(),
+            output: format!("{value}_HzCalibration_output"),
+            tensor_type: TensorType::Feature,
+            qtype: QType::INT8,
+            thresholds: vec![threshold],
+            axis: None,
+            group: None,
+            constant: 1,
+            switch_on: true,
+        },
+        consumers: vec![(model.node_id(reader)?, input)],
+    })
+}
+
 /// `../shared/models/mtcnn_pnet/pnet.onnx` passed through [`calibrate_for_tests`]
 /// (activation threshold 4.0); None (the test reported skipped, see [`shared_path`])
 /// when the shared models are absent.

@@ -25,17 +25,6 @@ fn values(n: usize, seed: u32) -> Vec<f32> {
 /// second with a Clip and a depthwise conv of stride 2. The first block's output is a
 /// graph output too.
 fn mobile_blocks() -> Model {
-    let weight = |name: &str, shape: &[usize], seed| {
-        let t = Tensor::from_f32(shape, values(shape.iter().product(), seed)).unwrap();
-        tensor_to_proto(&t, name)
-    };
-    let conv = |name: &str, x: &str, w: &str, y: &str, group: i64, stride: i64, pad: i64| {
-        let mut n = node(name, "Conv", &[x, w], &[y]);
-        n.attribute.push(ints_attr("pads", vec![pad; 4]));
-        n.attribute.push(ints_attr("strides", vec![stride; 2]));
-        n.attribute.push(int_attr("group", group));
-        n
-    };
     let clip = |name: &str, x: &str, y: &str| node(name, "Clip", &[x, "zero", "six"], &[y]);
     let scalar =
         |name: &str, v: f32| tensor_to_proto(&Tensor::from_f32(&[], vec![v]).unwrap(), name);
@@ -69,6 +58,29 @@ fn mobile_blocks() -> Model {
     Model::from_proto(proto, None).unwrap()
 }
 
+/// A constant f32 weight of `shape` from `values(.., seed)`.
+fn weight(name: &str, shape: &[usize], seed: u32) -> hmct_proto::onnx::TensorProto {
+    let t = Tensor::from_f32(shape, values(shape.iter().product(), seed)).unwrap();
+    tensor_to_proto(&t, name)
+}
+
+/// A Conv with square strides and pads.
+fn conv(
+    name: &str,
+    x: &str,
+    w: &str,
+    y: &str,
+    group: i64,
+    stride: i64,
+    pad: i64,
+) -> hmct_proto::onnx::NodeProto {
+    let mut n = node(name, "Conv", &[x, w], &[y]);
+    n.attribute.push(ints_attr("pads", vec![pad; 4]));
+    n.attribute.push(ints_attr("strides", vec![stride; 2]));
+    n.attribute.push(int_attr("group", group));
+    n
+}
+
 fn bits(t: &Tensor) -> (Vec<usize>, Vec<u32>) {
     let v = t.as_f32().unwrap().iter().map(|v| v.to_bits()).collect();
     (t.shape().to_vec(), v)
@@ -84,24 +96,8 @@ fn blocked_values_change_no_bit() {
     // A calibration node between the SiLU's Sigmoid and Mul too (as calibrated models
     // have): with per-channel thresholds its output comes NCHW to a Mul whose other
     // input is blocked.
-    let mul = m.nodes().iter().position(|n| n.name() == "m1").unwrap();
-    let m = m
-        .insert_calibrations(vec![hmct_ir::CalibrationInsert {
-            spec: hmct_ir::CalibrationSpec {
-                name: "g1_HzCalibration".into(),
-                input: "g1".into(),
-                output: "g1_HzCalibration_output".into(),
-                tensor_type: hmct_ir::TensorType::Feature,
-                qtype: hmct_ir::QType::INT8,
-                thresholds: vec![1.0],
-                axis: None,
-                group: None,
-                constant: 1,
-                switch_on: true,
-            },
-            consumers: vec![(mul, 1)],
-        }])
-        .unwrap();
+    let g1 = hmct_ir::testing::feature_calibration(&m, "g1", "m1", 1, 1.0).unwrap();
+    let m = m.insert_calibrations(vec![g1]).unwrap();
     let x = Tensor::from_f32(&[1, 32, 14, 14], values(32 * 14 * 14, 7)).unwrap();
     for threads in [1, 2] {
         let blocked = Session::new(plan_model(&m).unwrap(), threads).unwrap();
@@ -256,17 +252,6 @@ fn f64_convs_run_as_before() {
 /// depthwise conv: 3x3 of stride 2, 3x3 of stride 1, 5x5 of stride 1; then a pointwise
 /// conv 64 -> 32 after each.
 fn wide_blocks() -> Model {
-    let weight = |name: &str, shape: &[usize], seed| {
-        let t = Tensor::from_f32(shape, values(shape.iter().product(), seed)).unwrap();
-        tensor_to_proto(&t, name)
-    };
-    let conv = |name: &str, x: &str, w: &str, y: &str, group: i64, stride: i64, pad: i64| {
-        let mut n = node(name, "Conv", &[x, w], &[y]);
-        n.attribute.push(ints_attr("pads", vec![pad; 4]));
-        n.attribute.push(ints_attr("strides", vec![stride; 2]));
-        n.attribute.push(int_attr("group", group));
-        n
-    };
     let mut nodes = Vec::new();
     let mut weights = Vec::new();
     for (i, (k, stride)) in [(3, 2), (3, 1), (5, 1)].into_iter().enumerate() {

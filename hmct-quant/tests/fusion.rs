@@ -613,22 +613,7 @@ fn residual_adds_and_calibration_nodes_join_conv_tails() {
         // The calibration nodes of the Adds' inputs.
         let inserts = [("b", "res", 0), ("d", "add2", 0), ("e", "add2", 1)]
             .map(|(value, reader, input)| {
-                let reader = m.nodes().iter().position(|n| n.name() == reader).unwrap();
-                hmct_ir::CalibrationInsert {
-                    spec: hmct_ir::CalibrationSpec {
-                        name: format!("{value}_HzCalibration"),
-                        input: value.into(),
-                        output: format!("{value}_HzCalibration_output"),
-                        tensor_type: hmct_ir::TensorType::Feature,
-                        qtype: hmct_ir::QType::INT8,
-                        thresholds: vec![3.0],
-                        axis: None,
-                        group: None,
-                        constant: 1,
-                        switch_on: true,
-                    },
-                    consumers: vec![(reader, input)],
-                }
+                hmct_ir::testing::feature_calibration(&m, value, reader, input, 3.0).unwrap()
             })
             .to_vec();
         let m = m.insert_calibrations(inserts).unwrap();
@@ -734,24 +719,8 @@ fn a_silu_split_by_a_calibration_node_joins_the_conv_tail() {
     );
     let m = Model::from_proto(proto, None).unwrap();
     let m = hmct_ir::testing::calibrate_for_tests(m, 2.0).unwrap();
-    let mul = m.nodes().iter().position(|n| n.name() == "mul").unwrap();
-    let m = m
-        .insert_calibrations(vec![hmct_ir::CalibrationInsert {
-            spec: hmct_ir::CalibrationSpec {
-                name: "g_HzCalibration".into(),
-                input: "g".into(),
-                output: "g_HzCalibration_output".into(),
-                tensor_type: hmct_ir::TensorType::Feature,
-                qtype: hmct_ir::QType::INT8,
-                thresholds: vec![1.0],
-                axis: None,
-                group: None,
-                constant: 1,
-                switch_on: true,
-            },
-            consumers: vec![(mul, 1)],
-        }])
-        .unwrap();
+    let g = hmct_ir::testing::feature_calibration(&m, "g", "mul", 1, 1.0).unwrap();
+    let m = m.insert_calibrations(vec![g]).unwrap();
     let x = Tensor::from_f32(&[1, c, 12, 10], smooth(c * 120, 5)).unwrap();
     for threads in [1, 2] {
         let fused = Session::new(plan_model(&m).unwrap(), threads)
