@@ -363,11 +363,65 @@ pub fn tensor(shape: &[usize], seed: u32) -> Tensor {
     Tensor::from_f32(shape, data(shape.iter().product(), seed)).expect("shape fits data")
 }
 
+/// A product of one row by a constant `k × n` weight (a classifier), for `samples`
+/// samples together as a probe runs them (`Kernel::run_rows`: one pass over the
+/// weight for every four rows), or for one.
+#[derive(Clone, Copy, Debug)]
+pub struct RowsShape {
+    pub name: &'static str,
+    pub k: usize,
+    pub n: usize,
+    pub samples: usize,
+}
+
+impl RowsShape {
+    pub fn flops(&self) -> f64 {
+        2.0 * (self.samples * self.k * self.n) as f64
+    }
+}
+
+/// A weight that stays in L2 (1 MB) and MobileNetV3's 1280 -> 1000 classifier (5 MB):
+/// one row, four rows (one pass) and eight (two passes).
+pub const ROWS_SHAPES: &[RowsShape] = &[
+    RowsShape {
+        name: "rows_256x1000_x1",
+        k: 256,
+        n: 1000,
+        samples: 1,
+    },
+    RowsShape {
+        name: "rows_256x1000_x4",
+        k: 256,
+        n: 1000,
+        samples: 4,
+    },
+    RowsShape {
+        name: "rows_1280x1000_x1",
+        k: 1280,
+        n: 1000,
+        samples: 1,
+    },
+    RowsShape {
+        name: "rows_1280x1000_x4",
+        k: 1280,
+        n: 1000,
+        samples: 4,
+    },
+    RowsShape {
+        name: "rows_1280x1000_x8",
+        k: 1280,
+        n: 1000,
+        samples: 8,
+    },
+];
+
 /// A kernel with its inputs, built as a plan builds it (constant inputs known at
 /// build time, so weights can be packed once).
 pub struct Case {
     kernel: Box<dyn Kernel>,
     inputs: Vec<Tensor>,
+    /// Samples run together on the same inputs (`Kernel::run_rows`) when above 1.
+    samples: usize,
 }
 
 impl Case {
@@ -391,7 +445,11 @@ impl Case {
             stable_inputs: &consts.iter().map(Option::is_some).collect::<Vec<_>>(),
         };
         let kernel = build_kernel(&spec).expect("kernel builds");
-        Case { kernel, inputs }
+        Case {
+            kernel,
+            inputs,
+            samples: 1,
+        }
     }
 
     /// A Conv with constant weight and bias.
@@ -419,13 +477,36 @@ impl Case {
         Case::new("MatMul", &[], vec![a, b], &[false, constant])
     }
 
-    /// Runs the kernel once on rayon's global pool, or on the calling thread.
+    /// A one-row MatMul by a constant weight, for `sh.samples` samples together.
+    pub fn rows(sh: &RowsShape, seed: u32) -> Case {
+        let a = tensor(&[1, sh.k], seed);
+        let b = tensor(&[sh.k, sh.n], seed + 1);
+        Case {
+            samples: sh.samples,
+            ..Case::new("MatMul", &[], vec![a, b], &[false, true])
+        }
+    }
+
+    /// Runs the kernel once on rayon's global pool, or on the calling thread (the
+    /// first sample's outputs when several run together).
     pub fn run(&self, calling_thread: bool) -> Vec<Tensor> {
         let inputs: Vec<Option<&Tensor>> = self.inputs.iter().map(Some).collect();
+        let run = || match self.samples {
+            1 => self.kernel.run(&inputs).expect("kernel runs"),
+            s => {
+                let samples = vec![inputs.clone(); s];
+                let mut outs = self
+                    .kernel
+                    .run_rows(&samples)
+                    .expect("the samples run together")
+                    .expect("kernel runs");
+                outs.swap_remove(0)
+            }
+        };
         if calling_thread {
-            on_calling_thread(|| self.kernel.run(&inputs).expect("kernel runs"))
+            on_calling_thread(run)
         } else {
-            self.kernel.run(&inputs).expect("kernel runs")
+            run()
         }
     }
 }

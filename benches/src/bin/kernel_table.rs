@@ -1,13 +1,16 @@
 //! GFLOP/s and percentage of the measured f32 FMA peak for the standard conv and
 //! MatMul shapes of `hmct_benches` (ResNet-50, mobile CNNs, YOLO, RegNet, DeepLab,
-//! BERT-base), each kernel on the calling thread:
+//! BERT-base) and classifier rows run together (`rows_`), each kernel on the calling
+//! thread:
 //! `kernel_table [FILTER] [--runs N] [--cold]` (`cargo build --release -p
 //! hmct-benches --bin kernel_table`). Times are the least thread CPU time of N runs
 //! (default 20), so other processes on the core do not inflate them. With `--cold`,
 //! 64 MiB are written between runs, so weights and inputs come from memory, as they
 //! do inside a model whose other nodes ran in between.
 
-use hmct_benches::{CONV_SHAPES, Case, MATMUL_SHAPES, fma_peak_gflops, min_time_after};
+use hmct_benches::{
+    CONV_SHAPES, Case, MATMUL_SHAPES, ROWS_SHAPES, fma_peak_gflops, min_time_after,
+};
 
 /// Large buffers on cache lines, as in `hmct-debugger` (see `hmct_quant::alloc`).
 #[global_allocator]
@@ -71,6 +74,11 @@ fn main() {
     for (i, sh) in MATMUL_SHAPES.iter().enumerate() {
         if sh.name.contains(&filter) {
             row(sh.name, sh.flops(), &Case::matmul(sh, 500 + 10 * i as u32));
+        }
+    }
+    for (i, sh) in ROWS_SHAPES.iter().enumerate() {
+        if sh.name.contains(&filter) {
+            row(sh.name, sh.flops(), &Case::rows(sh, 900 + 10 * i as u32));
         }
     }
 }

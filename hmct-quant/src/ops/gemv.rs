@@ -160,8 +160,9 @@ fn avx512_rows() -> bool {
 
 /// [`panel_sums_rows`] with AVX-512 intrinsics: each line loaded once into registers
 /// for the four rows, where the compiler's code reloaded it per row and checked each
-/// row's bounds. A scratch loop over a 1280 x 1000 weight in L3 (ms, four rows): 0.19
-/// -> 0.17, one row alone 0.17; on a 256 x 1000 weight in L2, 0.029 -> 0.017.
+/// row's bounds: on a Xeon, four rows of a 1280 x 1000 weight in L3 0.19 -> 0.17 ms
+/// (one row alone 0.17), of a 256 x 1000 weight in L2 0.029 -> 0.017 (a scratch loop).
+/// `kernel_table rows_` times one, four and eight rows through `run_rows`.
 ///
 /// # Safety
 /// The CPU must have AVX-512F; each row of `a` holds at least `panel.len() / 64` values.
