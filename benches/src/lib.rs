@@ -113,6 +113,11 @@ pub const CONV_SHAPES: &[ConvShape] = &[
     // convs whose kernel choice session 41 moved (Winograd or AMX -> FMA).
     conv("inc_3x3_32to64_147", 32, 64, 1, 3, 1, 1, 147),
     conv("inc_5x5_48to64_35", 48, 64, 1, 5, 1, 2, 35),
+    // DenseNet-121's bottleneck 1x1 convs to 128 channels, from the growing concat.
+    conv("dn_1x1_96to128_56", 96, 128, 1, 1, 1, 0, 56),
+    conv("dn_1x1_128to128_56", 128, 128, 1, 1, 1, 0, 56),
+    conv("dn_1x1_224to128_56", 224, 128, 1, 1, 1, 0, 56),
+    conv("dn_1x1_256to128_28", 256, 128, 1, 1, 1, 0, 28),
     conv("dn_3x3_128to32_56", 128, 32, 1, 3, 1, 1, 56),
     conv("dn_3x3_128to32_28", 128, 32, 1, 3, 1, 1, 28),
     conv("r50_3x3s2_128_56", 128, 128, 1, 3, 2, 1, 56),
@@ -147,6 +152,9 @@ pub const CONV_SHAPES: &[ConvShape] = &[
     // SSDlite's first class head: 546 output channels over a 20x20 map.
     conv("ssd_1x1_672to546_20", 672, 546, 1, 1, 1, 0, 20),
     conv("mbv3_dw5x5s2_672_14", 672, 672, 672, 5, 2, 2, 14),
+    // SSDlite320's MobileNetV3 at 20x20, its widest depthwise convs.
+    conv("ssd_dw3x3_672_20", 672, 672, 672, 3, 1, 1, 20),
+    conv("ssd_dw3x3_480_20", 480, 480, 480, 3, 1, 1, 20),
     conv("mbv3_dw3x3s2_240_28", 240, 240, 240, 3, 2, 1, 28),
     conv("mbv3_dw5x5s2_72_56", 72, 72, 72, 5, 2, 2, 56),
     conv("mbv3_dw3x3s2_64_112", 64, 64, 64, 3, 2, 1, 112),
@@ -167,6 +175,11 @@ pub const CONV_SHAPES: &[ConvShape] = &[
     conv("regnety_g16_3x3_144_28", 144, 144, 9, 3, 1, 1, 28),
     conv("regnety_g16_3x3_320_14", 320, 320, 20, 3, 1, 1, 14),
     conv("regnety_g16_3x3s2_784_14", 784, 784, 49, 3, 2, 1, 14),
+    // Its pointwise convs, a third of its time: each stage's width in and out.
+    conv("regnety_1x1_32to64_112", 32, 64, 1, 1, 1, 0, 112),
+    conv("regnety_1x1_144to144_28", 144, 144, 1, 1, 1, 0, 28),
+    conv("regnety_1x1_320to320_14", 320, 320, 1, 1, 1, 0, 14),
+    conv("regnety_1x1_784to784_7", 784, 784, 1, 1, 1, 0, 7),
     // 16 output channels (per group), where the channel-lanes kernel's tiles of 16
     // channels and the direct conv's of 12 trade places with the plane's size.
     conv("yolo_3x3_16to16_160", 16, 16, 1, 3, 1, 1, 160),

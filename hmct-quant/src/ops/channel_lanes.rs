@@ -52,6 +52,9 @@ const SERIAL_WORK: usize = 1 << 20;
 /// [`super::gemv`], which splits from the same count, and this serves convs on a few
 /// positions with large weights (SSDlite's extra layers on 3x3 and 2x2 maps).
 const PARALLEL_WEIGHTS: usize = 1 << 16;
+/// Output planes from which pointwise convs of 128+ output channels run on the packed
+/// GEMM (see [`fits`]).
+const GEMM_PLANE: usize = 56 * 56;
 /// Positions per task (whole tiles), so that large planes with few output channels
 /// still split into tasks. Fixed, so tasks never depend on threads.
 const TASK_POSITIONS: usize = 32 * PR;
@@ -89,9 +92,22 @@ const TASK_POSITIONS: usize = 32 * PR;
 /// 192->48, 256->48 and 288->48 at 35x35 (`run --profile`, least of 3 alternating
 /// rounds, ms, here -> packed GEMM) 0.272 -> 0.227, 0.315 -> 0.251, 0.391 -> 0.290,
 /// where its 64-channel neighbours moved within the noise (2-7%).
+///
+/// From 56x56 planes on ([`GEMM_PLANE`]), convs of 128 or more output channels run on
+/// the packed GEMM, which packs each stretch of input once for all its output
+/// channels; here a tile reads its positions from every input plane again for each
+/// block of 32 outputs. DenseNet-121's 128-256 -> 128 at 56x56 in the model (Zen 4,
+/// `tools/ab_classes.sh`, least of 3 alternating rounds) 10.75 -> 9.55 ms per run for
+/// the class; `kernel_table dn_1x1 --cold` 128->128 0.86, 224->128 0.94 of the time
+/// here. ResNet-50's 256 -> 64 at 56x56 stays (packed GEMM 1.08 warm, 0.91 cold);
+/// both kernels sum each output in the same order, so the bits do not change.
 pub(crate) fn fits(g: &Win3, mg: usize, cg: usize) -> bool {
     let faster_here = match crate::cpu::conv_isa() {
-        Some(Isa::Avx512) => g.out_vol() < 1024 && cg >= 64 || cg >= 128 && mg.is_multiple_of(CR),
+        Some(Isa::Avx512) => {
+            let plane = g.out_vol();
+            plane < 1024 && cg >= 64
+                || cg >= 128 && mg.is_multiple_of(CR) && (plane < GEMM_PLANE || mg < 128)
+        }
         Some(Isa::Avx2Fma) => {
             let plane = g.out_vol();
             plane <= AVX2_SMALL_PLANE || plane < 2048 && cg >= 128
