@@ -52,18 +52,17 @@ const SERIAL_WORK: usize = 1 << 20;
 /// [`super::gemv`], which splits from the same count, and this serves convs on a few
 /// positions with large weights (SSDlite's extra layers on 3x3 and 2x2 maps).
 const PARALLEL_WEIGHTS: usize = 1 << 16;
-/// Output planes from which pointwise convs of 128+ output channels run on the packed
-/// GEMM (see [`fits`]).
-const GEMM_PLANE: usize = 56 * 56;
+/// With AVX-512, the planes below which pointwise convs run here rather than on the
+/// packed GEMM (see [`fits`]).
+const LANES_PLANE: usize = 28 * 28;
 /// Positions per task (whole tiles), so that large planes with few output channels
 /// still split into tasks. Fixed, so tasks never depend on threads.
 const TASK_POSITIONS: usize = 32 * PR;
 
 /// Whether [`conv`] runs this conv here: a pointwise conv (1x1, stride 1, no pads)
 /// with 16 or more input channels; with AVX-512, 32 or more output channels per group
-/// on a plane of fewer than 1024 positions with 64 or more input channels, or with
-/// 128 or more input channels and output channels per group a multiple of 32; with
-/// AVX2 only, 16 or more output channels on a plane
+/// on a plane of fewer than [`LANES_PLANE`] positions with 64 or more input channels;
+/// with AVX2 only, 16 or more output channels on a plane
 /// of at most [`AVX2_SMALL_PLANE`] positions, or fewer than 2048 with 128 or more
 /// input channels.
 ///
@@ -93,21 +92,23 @@ const TASK_POSITIONS: usize = 32 * PR;
 /// rounds, ms, here -> packed GEMM) 0.272 -> 0.227, 0.315 -> 0.251, 0.391 -> 0.290,
 /// where its 64-channel neighbours moved within the noise (2-7%).
 ///
-/// From 56x56 planes on ([`GEMM_PLANE`]), convs of 128 or more output channels run on
-/// the packed GEMM, which packs each stretch of input once for all its output
-/// channels; here a tile reads its positions from every input plane again for each
-/// block of 32 outputs. DenseNet-121's 128-256 -> 128 at 56x56 in the model (Zen 4,
-/// `tools/ab_classes.sh`, least of 3 alternating rounds) 10.75 -> 9.55 ms per run for
-/// the class; `kernel_table dn_1x1 --cold` 128->128 0.86, 224->128 0.94 of the time
-/// here. ResNet-50's 256 -> 64 at 56x56 stays (packed GEMM 1.08 warm, 0.91 cold);
-/// both kernels sum each output in the same order, so the bits do not change.
+/// Those were single convs, their operands warm or all cold. Inside whole models the
+/// packed GEMM, which packs each stretch of input once for all output channels (here a
+/// tile reads its positions from every input plane again for each block of 32
+/// outputs), won on every plane of 28x28 and more (Zen 4, `tools/ab_classes.sh` with a
+/// switch between the two, least of 3-4 alternating rounds, packed GEMM / here, per
+/// class of 1x1 conv): DeepLabV3's at 32x32 0.912 (42.8 -> 39.0 ms per run),
+/// Inception-v3's at 35x35 0.973, at 28x28 RegNet-Y's 0.934-0.939 (stride 2 from
+/// 56x56 0.835), ResNet-50's 0.946 (stride 2 0.930), EfficientNet-B0's 0.943,
+/// DenseNet-121's 1.000, and at 56x56 DenseNet-121's 128-256 -> 128 convs 0.888;
+/// ResNet-50's 256->64 at 56x56 alone lost, 1.03. Below 28x28 this kernel keeps its
+/// lead in the model as alone: 14x14 1.06-1.16, 7x7 1.21-1.28, Inception-v3's 17x17
+/// 1.16. Hence [`LANES_PLANE`]. Both kernels start from the bias and add the input
+/// channels in order with fused multiply-adds: the bits are the same (ResNet-50,
+/// RegNet-Y, EfficientNet-B0 and DenseNet-121 outputs identical either way).
 pub(crate) fn fits(g: &Win3, mg: usize, cg: usize) -> bool {
     let faster_here = match crate::cpu::conv_isa() {
-        Some(Isa::Avx512) => {
-            let plane = g.out_vol();
-            plane < 1024 && cg >= 64
-                || cg >= 128 && mg.is_multiple_of(CR) && (plane < GEMM_PLANE || mg < 128)
-        }
+        Some(Isa::Avx512) => g.out_vol() < LANES_PLANE && cg >= 64,
         Some(Isa::Avx2Fma) => {
             let plane = g.out_vol();
             plane <= AVX2_SMALL_PLANE || plane < 2048 && cg >= 128
