@@ -90,6 +90,16 @@ fn all_bits(ts: &[Arc<Tensor>]) -> Vec<(Vec<usize>, Vec<u32>)> {
     ts.iter().map(|t| bits(t)).collect()
 }
 
+/// Two sessions of `m` on `threads` threads: one that keeps values blocked where it
+/// may, and one that keeps none.
+fn blocked_and_plain(m: &Model, threads: usize) -> (Session, Session) {
+    let blocked = Session::new(plan_model(m).unwrap(), threads).unwrap();
+    let plain = Session::new(plan_model(m).unwrap(), threads)
+        .unwrap()
+        .without_blocked_values();
+    (blocked, plain)
+}
+
 #[test]
 fn blocked_values_change_no_bit() {
     let m = hmct_ir::testing::calibrate_for_tests(mobile_blocks(), 4.0).unwrap();
@@ -100,10 +110,7 @@ fn blocked_values_change_no_bit() {
     let m = m.insert_calibrations(vec![g1]).unwrap();
     let x = Tensor::from_f32(&[1, 32, 14, 14], values(32 * 14 * 14, 7)).unwrap();
     for threads in [1, 2] {
-        let blocked = Session::new(plan_model(&m).unwrap(), threads).unwrap();
-        let plain = Session::new(plan_model(&m).unwrap(), threads)
-            .unwrap()
-            .without_blocked_values();
+        let (blocked, plain) = blocked_and_plain(&m, threads);
         // Blocked values are kept with AVX-512 only (the conv kernels' instruction set,
         // which `HMCT_CONV_ISA` may lower) and unless `HMCT_BLOCKED=off`.
         let env_allows = std::env::var("HMCT_CONV_ISA").as_deref() != Ok("avx2")
@@ -229,10 +236,8 @@ fn f64_convs_run_as_before() {
     let m = Model::from_proto(proto, None).unwrap();
     let input = f64_tensor(&[1, 32, 8, 8], 3);
     let run = |s: Session| s.run(&[("x", input.clone())], &Config::float()).unwrap();
-    let got = run(Session::new(plan_model(&m).unwrap(), 1).unwrap());
-    let want = run(Session::new(plan_model(&m).unwrap(), 1)
-        .unwrap()
-        .without_blocked_values());
+    let (blocked, plain) = blocked_and_plain(&m, 1);
+    let (got, want) = (run(blocked), run(plain));
     let Tensor::F64(g) = &*got[0] else {
         panic!("an f64 output")
     };
@@ -293,10 +298,7 @@ fn wide_values_are_blocked_for_band_kernel_readers_only() {
     let m = wide_blocks();
     let x = Tensor::from_f32(&[1, 32, 28, 28], values(32 * 28 * 28, 11)).unwrap();
     for threads in [1, 2] {
-        let blocked = Session::new(plan_model(&m).unwrap(), threads).unwrap();
-        let plain = Session::new(plan_model(&m).unwrap(), threads)
-            .unwrap()
-            .without_blocked_values();
+        let (blocked, plain) = blocked_and_plain(&m, threads);
         let want = plain.run(&[("x", x.clone())], &Config::float()).unwrap();
         let got = blocked.run(&[("x", x.clone())], &Config::float()).unwrap();
         assert_eq!(all_bits(&got), all_bits(&want), "{threads} threads");

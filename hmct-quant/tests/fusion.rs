@@ -183,6 +183,52 @@ fn fused_and_plain_on(
     (fused, got, expected)
 }
 
+/// An int8 setting with one threshold per channel of axis 1, which keeps a chain's
+/// calibration step apart (chains quantize per tensor only).
+fn per_channel_int8(thresholds: &[f32]) -> hmct_quant::FakeQuant {
+    let int8 = hmct_quant::fake_quant::QType::Int {
+        bits: 8,
+        signed: true,
+    };
+    hmct_quant::FakeQuant::from_thresholds(int8, thresholds, Some(1)).unwrap()
+}
+
+/// Asserts that `fused` gives `plain`'s output bit for bit under every config, in full
+/// runs on `x` and in probes from the values captured under the float and the
+/// calibrated configs; `what` names the case in failures.
+fn assert_same_as_node_by_node(
+    fused: &Session,
+    plain: &Session,
+    x: &Tensor,
+    configs: &[Config],
+    what: &str,
+) {
+    let run = |s: &Session, cfg: &Config| s.run(&[("x", x.clone())], cfg).unwrap();
+    for cfg in configs {
+        let (got, want) = (run(fused, cfg), run(plain, cfg));
+        assert_eq!(bits(&got[0]), bits(&want[0]), "{cfg:?}, {what}");
+    }
+    let outputs = fused.plan().outputs().to_vec();
+    let bound = fused.bind_inputs(&[("x", x.clone())]).unwrap();
+    for base in [Config::float(), Config::calibrated()] {
+        let kept = fused
+            .run_from(&bound, None, &base, &outputs, Capture::All)
+            .unwrap();
+        for cfg in configs {
+            let probe = fused
+                .run_from(&kept, Some(&base), cfg, &outputs, Capture::Wanted)
+                .unwrap();
+            let got = fused.value(&probe, outputs[0]).unwrap();
+            let want = run(plain, cfg);
+            assert_eq!(
+                bits(&got),
+                bits(&want[0]),
+                "probe {cfg:?} from {base:?}, {what}"
+            );
+        }
+    }
+}
+
 #[test]
 fn fused_chains_match_node_by_node_bit_for_bit() {
     // Small (serial) and large enough to be split into parallel tasks.
@@ -569,7 +615,6 @@ fn chains_take_operands_along_the_last_axis() {
 /// runs and probes from captured values, serial and parallel.
 #[test]
 fn residual_adds_and_calibration_nodes_join_conv_tails() {
-    use hmct_quant::fake_quant::QType;
     use hmct_quant::{FakeQuant, Override};
     let c = 16usize;
     let conv = |name: &str, x: &str, w: &str, y: &str, k: i64| {
@@ -630,12 +675,8 @@ fn residual_adds_and_calibration_nodes_join_conv_tails() {
                 .filter(|&k| !plan.calibrations()[k].is_weight)
                 .collect();
             assert_eq!(activations.len(), 6);
-            let int8 = QType::Int {
-                bits: 8,
-                signed: true,
-            };
-            let per_channel: Vec<f32> = (0..c).map(|i| 1.0 + 0.2 * i as f32).collect();
-            let per_channel = FakeQuant::from_thresholds(int8, &per_channel, Some(1)).unwrap();
+            let thresholds: Vec<f32> = (0..c).map(|i| 1.0 + 0.2 * i as f32).collect();
+            let per_channel = per_channel_int8(&thresholds);
             let mut configs = vec![Config::float(), Config::calibrated()];
             for &k in &activations {
                 configs.push(Config::calibrated().with(k, Override::Off));
@@ -643,12 +684,13 @@ fn residual_adds_and_calibration_nodes_join_conv_tails() {
                 configs.push(Config::calibrated().with(k, Override::Set(FakeQuant::Float16)));
                 configs.push(Config::calibrated().with(k, Override::Set(per_channel.clone())));
             }
-            let run = |s: &Session, cfg: &Config| s.run(&[("x", x.clone())], cfg).unwrap();
-            for cfg in &configs {
-                let got = run(&fused, cfg);
-                let want = run(&plain, cfg);
-                assert_eq!(bits(&got[0]), bits(&want[0]), "{cfg:?}, {h}x{w}, {threads}");
-            }
+            assert_same_as_node_by_node(
+                &fused,
+                &plain,
+                &x,
+                &configs,
+                &format!("{h}x{w}, {threads} threads"),
+            );
             // The tails and chains ran (in the runs without a per-channel setting on
             // them).
             let times = fused.node_times().unwrap();
@@ -672,22 +714,6 @@ fn residual_adds_and_calibration_nodes_join_conv_tails() {
                 assert!(members.iter().all(|m| chain.contains(&index(m))), "{head}");
                 assert!(times.fused_calls[index(head)] > 0, "{head}");
             }
-            // Probes from captured values.
-            let outputs = plan.outputs().to_vec();
-            let bound = fused.bind_inputs(&[("x", x.clone())]).unwrap();
-            for base in [Config::float(), Config::calibrated()] {
-                let kept = fused
-                    .run_from(&bound, None, &base, &outputs, Capture::All)
-                    .unwrap();
-                for cfg in &configs {
-                    let probe = fused
-                        .run_from(&kept, Some(&base), cfg, &outputs, Capture::Wanted)
-                        .unwrap();
-                    let got = fused.value(&probe, outputs[0]).unwrap();
-                    let want = run(&plain, cfg);
-                    assert_eq!(bits(&got), bits(&want[0]), "probe {cfg:?} from {base:?}");
-                }
-            }
         }
     }
 }
@@ -698,7 +724,6 @@ fn residual_adds_and_calibration_nodes_join_conv_tails() {
 /// per channel (which keeps the chain apart), full runs and probes, 1 and 2 threads.
 #[test]
 fn a_silu_split_by_a_calibration_node_joins_the_conv_tail() {
-    use hmct_quant::fake_quant::QType;
     use hmct_quant::{FakeQuant, Override};
     let c = 16usize;
     let nodes = vec![
@@ -736,12 +761,8 @@ fn a_silu_split_by_a_calibration_node_joins_the_conv_tail() {
             assert!(tail.contains(&index(member)), "{member} in c1's tail");
         }
         let g = plan.calibration("g_HzCalibration").unwrap();
-        let int8 = QType::Int {
-            bits: 8,
-            signed: true,
-        };
-        let per_channel: Vec<f32> = (0..c).map(|i| 0.5 + 0.1 * i as f32).collect();
-        let per_channel = FakeQuant::from_thresholds(int8, &per_channel, Some(1)).unwrap();
+        let thresholds: Vec<f32> = (0..c).map(|i| 0.5 + 0.1 * i as f32).collect();
+        let per_channel = per_channel_int8(&thresholds);
         let configs = [
             Config::float(),
             Config::calibrated(),
@@ -750,30 +771,10 @@ fn a_silu_split_by_a_calibration_node_joins_the_conv_tail() {
             Config::calibrated().with(g, Override::Set(FakeQuant::Float16)),
             Config::calibrated().with(g, Override::Set(per_channel)),
         ];
-        let run = |s: &Session, cfg: &Config| s.run(&[("x", x.clone())], cfg).unwrap();
-        for cfg in &configs {
-            let (got, want) = (run(&fused, cfg), run(&plain, cfg));
-            assert_eq!(bits(&got[0]), bits(&want[0]), "{cfg:?}, {threads} threads");
-        }
+        assert_same_as_node_by_node(&fused, &plain, &x, &configs, &format!("{threads} threads"));
         // The sigmoid's calibration changes the output when on (the test would not
         // see a fused step that skipped it otherwise).
-        assert_ne!(
-            bits(&run(&fused, &configs[2])[0]),
-            bits(&run(&fused, &configs[1])[0])
-        );
-        let outputs = plan.outputs().to_vec();
-        let bound = fused.bind_inputs(&[("x", x.clone())]).unwrap();
-        for base in [Config::float(), Config::calibrated()] {
-            let kept = fused
-                .run_from(&bound, None, &base, &outputs, Capture::All)
-                .unwrap();
-            for cfg in &configs {
-                let probe = fused
-                    .run_from(&kept, Some(&base), cfg, &outputs, Capture::Wanted)
-                    .unwrap();
-                let got = fused.value(&probe, outputs[0]).unwrap();
-                assert_eq!(bits(&got), bits(&run(&plain, cfg)[0]), "probe {cfg:?}");
-            }
-        }
+        let run = |cfg: &Config| fused.run(&[("x", x.clone())], cfg).unwrap();
+        assert_ne!(bits(&run(&configs[2])[0]), bits(&run(&configs[1])[0]));
     }
 }

@@ -90,14 +90,16 @@ const TASK_POSITIONS: usize = 32 * PR;
 /// channels need a broadcast per multiply-add) lost to the packed GEMM: Inception-v3's
 /// 192->48, 256->48 and 288->48 at 35x35 (`run --profile`, least of 3 alternating
 /// rounds, ms, here -> packed GEMM) 0.272 -> 0.227, 0.315 -> 0.251, 0.391 -> 0.290,
-/// where its 64-channel neighbours moved within the noise (2-7%).
+/// where its 64-channel neighbours moved within the noise (2-7%). (That was a
+/// condition on output channels, until the plane limit below took 35x35 planes whole.)
 ///
 /// Those were single convs, their operands warm or all cold. Inside whole models the
 /// packed GEMM, which packs each stretch of input once for all output channels (here a
 /// tile reads its positions from every input plane again for each block of 32
-/// outputs), won on every plane of 28x28 and more (Zen 4, `tools/ab_classes.sh` with a
-/// switch between the two, least of 3-4 alternating rounds, packed GEMM / here, per
-/// class of 1x1 conv): DeepLabV3's at 32x32 0.912 (42.8 -> 39.0 ms per run),
+/// outputs), won on every plane of 28x28 and more (Zen 4, `tools/ab_classes.sh` on a
+/// scratch build with an environment switch between the two, least of 3-4 alternating
+/// rounds, packed GEMM / here, per class of 1x1 conv; the same classes move between
+/// builds of commits a3ceb9b and 8db70c2, and 56x56 between a512eec and a3ceb9b): DeepLabV3's at 32x32 0.912 (42.8 -> 39.0 ms per run),
 /// Inception-v3's at 35x35 0.973, at 28x28 RegNet-Y's 0.934-0.939 (stride 2 from
 /// 56x56 0.835), ResNet-50's 0.946 (stride 2 0.930), EfficientNet-B0's 0.943,
 /// DenseNet-121's 1.000, and at 56x56 DenseNet-121's 128-256 -> 128 convs 0.888;
