@@ -1452,3 +1452,71 @@ fn global(x: &Tensor, max: bool) -> Result<Vec<Tensor>, OpError> {
     };
     Ok(vec![out])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each output by the definition: its first tap inside the data, then every later
+    /// tap greater than the maximum so far.
+    fn reference(x: &[f32], planes: usize, g: &Win3) -> Vec<f32> {
+        let [_, oh, ow] = g.out;
+        let [_, ih, iw] = g.input;
+        let mut y = Vec::new();
+        for p in 0..planes {
+            for r in 0..oh {
+                for c in 0..ow {
+                    let mut m: Option<f32> = None;
+                    for kh in 0..g.kernel[1] {
+                        let Some(h) = g.src(1, r, kh) else { continue };
+                        for kw in 0..g.kernel[2] {
+                            let Some(w) = g.src(2, c, kw) else { continue };
+                            let v = x[(p * ih + h) * iw + w];
+                            m = Some(m.map_or(v, |m| if v > m { v } else { m }));
+                        }
+                    }
+                    y.push(m.unwrap_or(f32::MIN));
+                }
+            }
+        }
+        y
+    }
+
+    /// The maximum the definition gives, bit for bit, on the pools of ResNet-50 and
+    /// DenseNet-121 (3x3 stride 2, padded), Inception-v3 (unpadded), YOLOv8n's SPPF
+    /// (5x5 stride 1), a 2x2 stride 2 and a plane small enough for the per-output path.
+    #[test]
+    fn max_pools_give_the_defined_maxima() {
+        let cases = [
+            (3, 2, 1, 20, 10),
+            (3, 2, 0, 21, 10),
+            (5, 1, 2, 16, 16),
+            (2, 2, 0, 18, 9),
+            (3, 2, 1, 7, 4),
+        ];
+        for (k, s, p, size, out) in cases {
+            let g = Win3 {
+                input: [1, size, size],
+                out: [1, out, out],
+                kernel: [1, k, k],
+                stride: [1, s, s],
+                dil: [1; 3],
+                pad: [0, p as isize, p as isize],
+            };
+            let planes = 3;
+            let x: Vec<f32> = (0..planes * size * size)
+                .map(|i| ((i * 7919) % 1013) as f32 - 500.0)
+                .collect();
+            let y = max_pool_values(&x, &[1, planes, size, size], &g, f32::MIN, f32::NAN);
+            let want = reference(&x, planes, &g);
+            assert_eq!(y.len(), want.len());
+            for (i, (a, b)) in y.iter().zip(&want).enumerate() {
+                assert_eq!(
+                    a.to_bits(),
+                    b.to_bits(),
+                    "{k}x{k} stride {s} pad {p}, output {i}"
+                );
+            }
+        }
+    }
+}
