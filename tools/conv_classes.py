@@ -17,6 +17,7 @@ input channels, instead of the class table.
 import argparse
 import collections
 import re
+import signal
 
 import onnx
 from onnx import shape_inference
@@ -45,6 +46,8 @@ def conv_class(node, shapes, inits):
 
 
 def main():
+    # Piped into `head`, stop quietly when the reader goes away.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
     ap.add_argument("ours")
