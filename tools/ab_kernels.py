@@ -20,8 +20,10 @@ def times(exe, filt, runs, cold):
     got = {}
     for line in out.splitlines():
         f = line.split()
-        # shape, ms, GFLOP/s, % of peak
+        # shape, ms, GFLOP/s, % of peak; or pool, ms, GB/s
         if len(f) == 4 and f[3].endswith("%"):
+            got[f[0]] = float(f[1])
+        elif len(f) == 3 and f[0] != "pool":
             got[f[0]] = float(f[1])
     return got
 

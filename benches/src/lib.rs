@@ -428,6 +428,64 @@ pub const ROWS_SHAPES: &[RowsShape] = &[
     },
 ];
 
+/// A 2-D MaxPool or AveragePool on one image: channels, square window, stride, pads
+/// on every side, input height and width (AveragePool counts the padding, as the
+/// zoo's do).
+#[derive(Clone, Copy, Debug)]
+pub struct PoolShape {
+    pub name: &'static str,
+    pub max: bool,
+    pub c: usize,
+    pub k: usize,
+    pub s: usize,
+    pub p: usize,
+    pub hw: [usize; 2],
+}
+
+impl PoolShape {
+    /// Bytes of the input, which a pool reads once: pools are bound by memory, so
+    /// the table gives GB/s for them.
+    pub fn input_bytes(&self) -> f64 {
+        (4 * self.c * self.hw[0] * self.hw[1]) as f64
+    }
+}
+
+const fn pool(
+    name: &'static str,
+    max: bool,
+    c: usize,
+    k: usize,
+    s: usize,
+    p: usize,
+    hw: usize,
+) -> PoolShape {
+    PoolShape {
+        name,
+        max,
+        c,
+        k,
+        s,
+        p,
+        hw: [hw, hw],
+    }
+}
+
+/// The zoo's pools (`target/zoo`): ResNet-50's and DenseNet-121's stem MaxPool,
+/// Inception-v3's unpadded stride-2 MaxPools and stride-1 AveragePools, YOLOv8n's
+/// SPPF at 640x640, DenseNet-121's 2x2 transition AveragePools.
+pub const POOL_SHAPES: &[PoolShape] = &[
+    pool("max3x3s2_64_112", true, 64, 3, 2, 1, 112),
+    pool("max3x3s2_24_112", true, 24, 3, 2, 1, 112),
+    pool("max3x3s2_64_147_nopad", true, 64, 3, 2, 0, 147),
+    pool("max3x3s2_192_71_nopad", true, 192, 3, 2, 0, 71),
+    pool("max3x3s2_768_17_nopad", true, 768, 3, 2, 0, 17),
+    pool("max5x5s1_128_20", true, 128, 5, 1, 2, 20),
+    pool("avg3x3s1_192_35", false, 192, 3, 1, 1, 35),
+    pool("avg3x3s1_768_17", false, 768, 3, 1, 1, 17),
+    pool("avg2x2s2_128_56", false, 128, 2, 2, 0, 56),
+    pool("avg2x2s2_256_28", false, 256, 2, 2, 0, 28),
+];
+
 /// A kernel with its inputs, built as a plan builds it (constant inputs known at
 /// build time, so weights can be packed once).
 pub struct Case {
@@ -477,6 +535,24 @@ impl Case {
             int("group", sh.group as i64),
         ];
         Case::new("Conv", &attrs, vec![x, w, b], &[false, true, true])
+    }
+
+    /// A MaxPool or AveragePool (`count_include_pad = 1`).
+    pub fn pool(sh: &PoolShape, seed: u32) -> Case {
+        let x = tensor(&[1, sh.c, sh.hw[0], sh.hw[1]], seed);
+        let mut attrs = vec![
+            ints("kernel_shape", &[sh.k as i64; 2]),
+            ints("pads", &[sh.p as i64; 4]),
+            ints("strides", &[sh.s as i64; 2]),
+        ];
+        let op = match sh.max {
+            true => "MaxPool",
+            false => {
+                attrs.push(int("count_include_pad", 1));
+                "AveragePool"
+            }
+        };
+        Case::new(op, &attrs, vec![x], &[false])
     }
 
     /// A MatMul; a shared right operand is a constant (a weight).

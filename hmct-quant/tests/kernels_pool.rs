@@ -79,14 +79,18 @@ fn xorshift(seed: u64) -> impl FnMut() -> u64 {
     }
 }
 
-/// Values with many ties, both zeros, and NaN at about one position in twelve.
+/// Values with many ties, both zeros, and NaN of either sign at about two positions
+/// in thirteen.
 fn values(n: usize, seed: u64) -> Vec<f32> {
     let mut next = xorshift(seed);
     (0..n)
-        .map(|_| match next() % 12 {
+        .map(|_| match next() % 13 {
             0 => f32::NAN,
             1 => 0.0,
             2 => -0.0,
+            // A NaN of another sign: where the first tap is NaN, the output is that
+            // NaN, bit for bit.
+            12 => -f32::NAN,
             r => (r as f32 - 6.0) * 0.5,
         })
         .collect()
@@ -305,6 +309,50 @@ fn same_shape_average_pools_match_reference() {
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                 assert_eq!(g.to_bits(), w.to_bits(), "output {i} of {c:?}: {g} vs {w}");
             }
+        }
+    }
+}
+
+/// 2-D max pools with windows wider than the random cases reach (5 to 16 columns, as
+/// YOLOv8n's 5x5 SPPF), at strides 1 and 2, padded and unpadded, on rows shorter than
+/// the window, of a few vectors and across vector ends, and the zoo's stem pools:
+/// every output against the definition, bit for bit.
+#[test]
+fn wide_max_pools_match_reference() {
+    let mut cases = vec![
+        ([112, 112], [3, 3], [2, 2], [1, 1, 1, 1]),
+        ([71, 71], [3, 3], [2, 2], [0, 0, 0, 0]),
+        ([20, 20], [5, 5], [1, 1], [2, 2, 2, 2]),
+        ([3, 2], [5, 5], [1, 1], [2, 2, 2, 2]),
+    ];
+    for k in [5, 7, 9, 13, 16] {
+        for (w, s) in [(k, 1), (k + 3, 2), (33, 1), (70, 2)] {
+            let p = k / 2;
+            cases.push(([9, w], [3, k], [1, s], [1, p, 1, p.min(k - 1)]));
+            cases.push(([9, w], [3, k], [2, s], [0, 0, 0, 0]));
+        }
+    }
+    for (input, kernel, stride, pads) in cases {
+        let c = Case {
+            input: input.to_vec(),
+            channels: 2,
+            kernel: kernel.to_vec(),
+            stride: stride.to_vec(),
+            dil: vec![1, 1],
+            pads: pads.to_vec(),
+            ceil: false,
+            seed: 11,
+        };
+        let shape = [1, c.channels, input[0], input[1]];
+        let data = values(shape.iter().product(), c.seed);
+        let x = Tensor::from_f32(&shape, data.clone()).unwrap();
+        let want = reference(&c, &data);
+        let Tensor::F32(got) = max_pool(&c, &x) else {
+            panic!("MaxPool of f32 gave another type")
+        };
+        assert_eq!(got.len(), want.len(), "{c:?}");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.to_bits(), w.to_bits(), "output {i} of {c:?}: {g} vs {w}");
         }
     }
 }

@@ -9,7 +9,7 @@
 //! do inside a model whose other nodes ran in between.
 
 use hmct_benches::{
-    CONV_SHAPES, Case, MATMUL_SHAPES, ROWS_SHAPES, fma_peak_gflops, min_time_after,
+    CONV_SHAPES, Case, MATMUL_SHAPES, POOL_SHAPES, ROWS_SHAPES, fma_peak_gflops, min_time_after,
 };
 
 /// Large buffers on cache lines, as in `hmct-debugger` (see `hmct_quant::alloc`).
@@ -48,8 +48,8 @@ fn main() {
         "shape", "ms", "GFLOP/s", "% peak"
     );
     let mut evict = vec![0u8; if cold { 64 << 20 } else { 0 }];
-    let mut row = |name: &str, flops: f64, case: &Case| {
-        let secs = min_time_after(
+    let mut time = |case: &Case| {
+        min_time_after(
             runs,
             || {
                 evict.iter_mut().for_each(|b| *b = b.wrapping_add(1));
@@ -58,7 +58,10 @@ fn main() {
             || {
                 std::hint::black_box(case.run(true));
             },
-        );
+        )
+    };
+    let mut row = |name: &str, flops: f64, case: &Case| {
+        let secs = time(case);
         let gflops = flops / secs / 1e9;
         println!(
             "{name:<28} {:>9.3} {gflops:>9.1} {:>6.0}%",
@@ -79,6 +82,23 @@ fn main() {
     for (i, sh) in ROWS_SHAPES.iter().enumerate() {
         if sh.name.contains(&filter) {
             row(sh.name, sh.flops(), &Case::rows(sh, 900 + 10 * i as u32));
+        }
+    }
+    // Pools are bound by memory: their rate is the input read per second.
+    let mut printed_header = false;
+    for (i, sh) in POOL_SHAPES.iter().enumerate() {
+        if sh.name.contains(&filter) {
+            if !printed_header {
+                println!("{:<28} {:>9} {:>9}", "pool", "ms", "GB/s in");
+                printed_header = true;
+            }
+            let secs = time(&Case::pool(sh, 700 + 10 * i as u32));
+            println!(
+                "{:<28} {:>9.3} {:>9.1}",
+                sh.name,
+                secs * 1e3,
+                sh.input_bytes() / secs / 1e9
+            );
         }
     }
 }

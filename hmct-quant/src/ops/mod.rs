@@ -30,6 +30,7 @@ pub(crate) mod norm;
 pub(crate) mod num;
 pub(crate) mod packed_gemm;
 pub(crate) mod pool;
+pub(crate) mod pool_rows;
 pub(crate) mod quantize;
 pub(crate) mod reduce;
 pub(crate) mod resize;

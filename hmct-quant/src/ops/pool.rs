@@ -7,6 +7,7 @@ use rayon::prelude::*;
 use super::arrays::{array, contiguous};
 use super::broadcast::for_chunks_with_scratch;
 use super::conv::{f32_slice, f32_slice_mut};
+use super::pool_rows::MaxRows;
 use super::window::{Win3, WindowAttrs};
 use super::{Kernel, NodeSpec, OpError, input};
 
@@ -651,6 +652,18 @@ fn max_pool_values<T: PoolElem>(x: &[T], xs: &[usize], g: &Win3, lowest: T, skip
     };
     let parallel = y.len() * g.k_vol() >= 1 << 16;
     for_chunks_with_scratch(&mut y, out_vol, parallel, plane);
+    y
+}
+
+/// Max pooling without indices on f32 planes by [`MaxRows`]: each input row reduced
+/// along the width once, then the reduced rows folded per output row.
+fn max_pool_rows(x: &[f32], xs: &[usize], g: &Win3, rows: &MaxRows) -> Vec<f32> {
+    let (in_vol, out_vol) = (g.in_vol(), g.out_vol());
+    let mut y = crate::buffers::take::<f32>(xs[0] * xs[1] * out_vol);
+    let parallel = y.len() * g.k_vol() >= 1 << 16;
+    for_chunks_with_scratch(&mut y, out_vol, parallel, |reduced, (p, out)| {
+        rows.plane(&x[p * in_vol..][..in_vol], out, reduced)
+    });
     y
 }
 
@@ -1336,6 +1349,13 @@ impl Kernel for PoolKernel {
             }};
         }
         let (y, idx) = match x {
+            Tensor::F32(a) if !self.want_indices => match MaxRows::new(&g) {
+                Some(rows) => {
+                    let y = max_pool_rows(&contiguous(a), xs, &g, &rows);
+                    (Tensor::F32(array(&shape, y)?), Vec::new())
+                }
+                None => mp!(F32, a, f32::NEG_INFINITY, f32::NAN),
+            },
             Tensor::F32(a) => mp!(F32, a, f32::NEG_INFINITY, f32::NAN),
             Tensor::F64(a) => mp!(F64, a, f64::NEG_INFINITY, f64::NAN),
             Tensor::F16(a) => mp!(F16, a, f16::NEG_INFINITY, f16::NAN),
