@@ -297,33 +297,48 @@ fn same_shape_average_pools_match_reference() {
             ceil: false,
             seed: 7,
         };
-        let shape = [1, c.channels, input[0], input[1]];
-        let data = inexact_values(shape.iter().product(), c.seed);
-        let x = Tensor::from_f32(&shape, data.clone()).unwrap();
-        for include_pad in [false, true] {
-            let want = average_reference(&c, &data, include_pad);
-            let Tensor::F32(got) = average_pool(&c, &x, include_pad) else {
-                panic!("AveragePool of f32 gave another type")
-            };
-            assert_eq!(got.shape(), &shape[..], "{c:?}");
-            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                assert_eq!(g.to_bits(), w.to_bits(), "output {i} of {c:?}: {g} vs {w}");
-            }
+        assert_averages_match(&c);
+    }
+}
+
+/// AveragePool of `c` on `inexact_values`, with and without the padding counted,
+/// against the reference, bit for bit.
+fn assert_averages_match(c: &Case) {
+    let shape: Vec<usize> = [1, c.channels]
+        .into_iter()
+        .chain(c.input.iter().copied())
+        .collect();
+    let out_shape: Vec<usize> = [1, c.channels]
+        .into_iter()
+        .chain((0..c.input.len()).map(|a| out_len(c, a)))
+        .collect();
+    let data = inexact_values(shape.iter().product(), c.seed);
+    let x = Tensor::from_f32(&shape, data.clone()).unwrap();
+    for include_pad in [false, true] {
+        let want = average_reference(c, &data, include_pad);
+        let Tensor::F32(got) = average_pool(c, &x, include_pad) else {
+            panic!("AveragePool of f32 gave another type")
+        };
+        assert_eq!(got.shape(), &out_shape[..], "{c:?}");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.to_bits(), w.to_bits(), "output {i} of {c:?}: {g} vs {w}");
         }
     }
 }
 
-/// 2-D max pools with windows wider than the random cases reach (5 to 16 columns, as
-/// YOLOv8n's 5x5 SPPF), at strides 1 and 2, padded and unpadded, on rows shorter than
-/// the window, of a few vectors and across vector ends, and the zoo's stem pools:
-/// every output against the definition, bit for bit.
+/// 2-D max and average pools with windows wider than the random cases reach (5 to 16
+/// columns, as YOLOv8n's 5x5 SPPF), at strides 1 and 2, padded and unpadded, on rows
+/// shorter than the window, of a few vectors and across vector ends, and the zoo's
+/// pools: every output against the definition, bit for bit.
 #[test]
-fn wide_max_pools_match_reference() {
+fn wide_pools_match_reference() {
     let mut cases = vec![
         ([112, 112], [3, 3], [2, 2], [1, 1, 1, 1]),
         ([71, 71], [3, 3], [2, 2], [0, 0, 0, 0]),
         ([20, 20], [5, 5], [1, 1], [2, 2, 2, 2]),
         ([3, 2], [5, 5], [1, 1], [2, 2, 2, 2]),
+        ([56, 56], [2, 2], [2, 2], [0, 0, 0, 0]),
+        ([27, 27], [2, 2], [2, 2], [0, 0, 1, 1]),
     ];
     for k in [5, 7, 9, 13, 16] {
         for (w, s) in [(k, 1), (k + 3, 2), (33, 1), (70, 2)] {
@@ -354,5 +369,6 @@ fn wide_max_pools_match_reference() {
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             assert_eq!(g.to_bits(), w.to_bits(), "output {i} of {c:?}: {g} vs {w}");
         }
+        assert_averages_match(&c);
     }
 }

@@ -26,13 +26,11 @@
 
 use super::window::Win3;
 
-/// One geometry's passes.
-pub(super) struct MaxRows {
+/// Where a 2-D window's rows and columns lie, for the passes of both pools.
+pub(super) struct Rows {
     g: Win3,
     /// Outputs per row rounded up to whole vectors: the stride of the reduced rows.
     row_vectors: usize,
-    /// Input rows any window reads: rows from here on are never reduced.
-    needed_rows: usize,
     /// Per output row, the input rows its window reads: the first, and how many
     /// (`dil` apart).
     out_rows: Vec<(usize, usize)>,
@@ -41,22 +39,12 @@ pub(super) struct MaxRows {
     load_lanes: Vec<(u16, u16)>,
 }
 
-/// Scratch of one task: the plane's rows reduced along the width, and each reduced
-/// row's tap 0 as read.
-#[derive(Default)]
-pub(super) struct Scratch {
-    reduced: Vec<f32>,
-    first_taps: Vec<f32>,
-}
-
-/// Lanes of one AVX-512 vector of f32.
-const LANES: usize = 16;
-
-impl MaxRows {
-    /// The passes for this geometry, where they apply: a 2-D (or 1-D) window, a stride
-    /// of 1 or 2 and no dilation along the width, a window of at most 16 columns,
-    /// every output row and column with a tap inside the data, and a CPU with AVX-512.
-    pub(super) fn new(g: &Win3) -> Option<MaxRows> {
+impl Rows {
+    /// The rows of this geometry, where the passes apply: a 2-D (or 1-D) window, a
+    /// stride of 1 or 2 and no dilation along the width, a window of at most 16
+    /// columns, every output row and column with a tap inside the data, and a CPU with
+    /// AVX-512.
+    fn new(g: &Win3) -> Option<Rows> {
         let two_d = g.input[0] == 1 && g.kernel[0] == 1 && g.out[0] == 1 && g.pad[0] == 0;
         let inside = |a: usize, o: usize| (0..g.kernel[a]).filter_map(move |k| g.src(a, o, k));
         let reads = |a: usize| (0..g.out[a]).all(|o| inside(a, o).next().is_some());
@@ -78,11 +66,6 @@ impl MaxRows {
                 (first, inside(1, o).count())
             })
             .collect();
-        let needed_rows = out_rows
-            .iter()
-            .map(|&(first, n)| first + (n - 1) * g.dil[1] + 1)
-            .max()
-            .unwrap_or(0);
         let row_vectors = g.out[2].div_ceil(LANES);
         let load_lanes = (0..g.stride[2] * (row_vectors + 1))
             .map(|j| {
@@ -95,36 +78,121 @@ impl MaxRows {
                 (lanes(isize::MIN..0), lanes(0..g.input[2] as isize))
             })
             .collect();
-        Some(MaxRows {
+        Some(Rows {
             g: *g,
             row_vectors,
-            needed_rows,
             out_rows,
             load_lanes,
         })
     }
+}
+
+/// Max pooling's passes for one geometry.
+pub(super) struct MaxRows {
+    rows: Rows,
+    /// Input rows any window reads: rows from here on are never reduced.
+    needed_rows: usize,
+}
+
+/// Scratch of one task: the plane's rows reduced along the width, and each reduced
+/// row's tap 0 as read.
+#[derive(Default)]
+pub(super) struct Scratch {
+    reduced: Vec<f32>,
+    first_taps: Vec<f32>,
+}
+
+/// Lanes of one AVX-512 vector of f32.
+const LANES: usize = 16;
+
+impl MaxRows {
+    /// The passes for this geometry, where they apply (see [`Rows::new`]).
+    pub(super) fn new(g: &Win3) -> Option<MaxRows> {
+        let rows = Rows::new(g)?;
+        let needed_rows = rows
+            .out_rows
+            .iter()
+            .map(|&(first, n)| first + (n - 1) * g.dil[1] + 1)
+            .max()
+            .unwrap_or(0);
+        Some(MaxRows { rows, needed_rows })
+    }
 
     /// Pools plane `x` into `out` (its `out[1] * out[2]` outputs).
     pub(super) fn plane(&self, x: &[f32], out: &mut [f32], scratch: &mut Scratch) {
-        let g = &self.g;
+        let g = &self.rows.g;
         let [_, ih_n, iw_n] = g.input;
         assert!(x.len() >= ih_n * iw_n && out.len() >= g.out[1] * g.out[2]);
-        let len = self.needed_rows * self.row_vectors * LANES;
+        let len = self.needed_rows * self.rows.row_vectors * LANES;
         scratch.reduced.resize(len, 0.0);
         scratch.first_taps.resize(len, 0.0);
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the CPU has AVX-512, and the stride and window are the ones
-        // `avx512::plane` handles (`new`).
+        // `avx512::max_plane` handles (`Rows::new`).
         unsafe {
-            avx512::plane(self, x, out, scratch)
+            avx512::max_plane(self, x, out, scratch)
+        };
+    }
+}
+
+/// Average pooling's pass for one geometry: each output row sums its window's taps
+/// in row-major order from +0, sixteen outputs a vector, the taps of a row built from
+/// its loads as max pooling's are (columns outside the row read as +0, which changes
+/// no sum started from +0), then divides by the output's divisor. The same taps in
+/// the same order as [`super::pool`]'s other paths: the same bits.
+pub(super) struct AvgRows {
+    rows: Rows,
+}
+
+impl AvgRows {
+    /// The pass for this geometry, where it applies (see [`Rows::new`]).
+    pub(super) fn new(g: &Win3) -> Option<AvgRows> {
+        Some(AvgRows {
+            rows: Rows::new(g)?,
+        })
+    }
+
+    /// Averages plane `x` into `out`: each output's sum over `divisors` at its place
+    /// (zero where that is zero).
+    pub(super) fn plane(&self, x: &[f32], out: &mut [f32], divisors: &[f32]) {
+        let g = &self.rows.g;
+        let [_, ih_n, iw_n] = g.input;
+        let out_vol = g.out[1] * g.out[2];
+        assert!(x.len() >= ih_n * iw_n && out.len() >= out_vol && divisors.len() >= out_vol);
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the CPU has AVX-512, and the stride and window are the ones
+        // `avx512::avg_plane` handles (`Rows::new`).
+        unsafe {
+            avx512::avg_plane(&self.rows, x, out, divisors)
         };
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{LANES, MaxRows, Scratch};
+    use super::{LANES, MaxRows, Rows, Scratch};
     use std::arch::x86_64::*;
+
+    /// `$run($args.., f)` with `f` calling `$at_stride1::<K>` or `$at_stride2::<K>`
+    /// for geometry `$g`'s stride and window width `K`: one loop per width, the taps
+    /// unrolled.
+    macro_rules! by_width {
+        ($g:expr, $run:ident $args:tt, $at_stride1:ident, $at_stride2:ident) => {
+            by_width!(@ $g, $run, $args, $at_stride1, $at_stride2,
+                1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
+        };
+        (@ $g:expr, $run:ident, $args:tt, $at_stride1:ident, $at_stride2:ident,
+            $($k:literal)*) => {
+            match ($g.stride[2], $g.kernel[2]) {
+                $((1, $k) => by_width!(@call $run, $args, |a, b, c| $at_stride1::<$k>(a, b, c)),)*
+                $((2, $k) => by_width!(@call $run, $args, |a, b, c| $at_stride2::<$k>(a, b, c)),)*
+                _ => unreachable!("Rows::new takes strides 1 and 2, up to 16 taps"),
+            }
+        };
+        (@call $run:ident, ($($arg:expr),*), $f:expr) => {
+            $run($($arg),*, $f)
+        };
+    }
 
     /// Lanes `0..n` of a vector, for `n <= 16`.
     #[inline]
@@ -140,30 +208,27 @@ mod avx512 {
     /// The CPU has AVX-512F; `rows` comes from `MaxRows::new` (stride 1 or 2, 1 to
     /// 16 taps), `x` holds the plane and `scratch` its needed rows.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn plane(rows: &MaxRows, x: &[f32], out: &mut [f32], scratch: &mut Scratch) {
-        let (stride, kernel) = (rows.g.stride[2], rows.g.kernel[2]);
-        macro_rules! by_width {
-            ($($k:literal)*) => {
-                match (stride, kernel) {
-                    $((1, $k) => plane_with(rows, x, out, scratch, |r, d, f| stride1::<$k>(r, d, f)),)*
-                    $((2, $k) => plane_with(rows, x, out, scratch, |r, d, f| stride2::<$k>(r, d, f)),)*
-                    _ => unreachable!("MaxRows::new takes strides 1 and 2, up to 16 taps"),
-                }
-            };
-        }
-        by_width!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
+    pub(super) unsafe fn max_plane(
+        pool: &MaxRows,
+        x: &[f32],
+        out: &mut [f32],
+        scratch: &mut Scratch,
+    ) {
+        let g = &pool.rows.g;
+        by_width!(g, max_with(pool, x, out, scratch), stride1, stride2)
     }
 
-    /// [`plane`] with `reduce_row` for the window's width.
+    /// [`max_plane`] with `reduce_row` for the window's width.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    fn plane_with(
-        rows: &MaxRows,
+    fn max_with(
+        pool: &MaxRows,
         x: &[f32],
         out: &mut [f32],
         scratch: &mut Scratch,
         reduce_row: impl Fn(&Row, &mut [f32], &mut [f32]),
     ) {
+        let rows = &pool.rows;
         let g = &rows.g;
         let (iw_n, ow_n) = (g.input[2], g.out[2]);
         let len = rows.row_vectors * LANES;
@@ -190,7 +255,7 @@ mod avx512 {
     }
 
     /// An input row as vectors of sixteen columns, those left of it reading as its
-    /// first value and those right of it as its last.
+    /// first value and those right of it as its last (or all of them as +0).
     struct Row<'a> {
         row: &'a [f32],
         pad: isize,
@@ -209,6 +274,19 @@ mod avx512 {
                 load_lanes,
                 first: _mm512_set1_ps(row[0]),
                 last: _mm512_set1_ps(row[row.len() - 1]),
+            }
+        }
+
+        /// The row with columns outside it reading as +0.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        fn zero_padded(row: &'a [f32], pad: isize, load_lanes: &'a [(u16, u16)]) -> Row<'a> {
+            Row {
+                row,
+                pad,
+                load_lanes,
+                first: _mm512_setzero_ps(),
+                last: _mm512_setzero_ps(),
             }
         }
 
@@ -250,6 +328,9 @@ mod avx512 {
     #[inline]
     #[target_feature(enable = "avx512f")]
     fn shifted(lo: __m512, hi: __m512, j: usize) -> __m512 {
+        if j == 0 {
+            return lo;
+        }
         let at = _mm512_add_epi32(
             _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
             _mm512_set1_epi32(j as i32),
@@ -289,21 +370,12 @@ mod avx512 {
     #[inline]
     #[target_feature(enable = "avx512f")]
     fn stride2<const K: usize>(row: &Row, dst: &mut [f32], first: &mut [f32]) {
-        let evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-        let odds = _mm512_add_epi32(evens, _mm512_set1_epi32(1));
-        let split = |j: usize| {
-            let (a, b) = (row.load(j), row.load(j + 1));
-            (
-                _mm512_permutex2var_ps(a, evens, b),
-                _mm512_permutex2var_ps(a, odds, b),
-            )
-        };
-        let (mut even, mut odd) = split(0);
+        let (mut even, mut odd) = split_even_odd(row, 0);
         let outs = dst
             .chunks_exact_mut(LANES)
             .zip(first.chunks_exact_mut(LANES));
         for (v, (out, first)) in outs.enumerate() {
-            let (even_hi, odd_hi) = split(2 * (v + 1));
+            let (even_hi, odd_hi) = split_even_odd(row, 2 * (v + 1));
             let mut m = nan_low(even);
             for k in 1..K {
                 let tap = match k % 2 {
@@ -319,6 +391,108 @@ mod avx512 {
             }
             (even, odd) = (even_hi, odd_hi);
         }
+    }
+
+    /// [`AvgRows::plane`](super::AvgRows::plane): per output row, sixteen outputs at
+    /// a time, the sum from +0 over the window's rows inside the data and each row's
+    /// taps in order, then the quotient by the divisors. Each window width gets its
+    /// own loop, the taps unrolled.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; `rows` comes from `Rows::new` (stride 1 or 2, 1 to 16
+    /// taps), `x` holds the plane, `out` and `divisors` its outputs.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn avg_plane(rows: &Rows, x: &[f32], out: &mut [f32], divisors: &[f32]) {
+        by_width!(rows.g, avg_with(rows, x, out, divisors), sum1, sum2)
+    }
+
+    /// [`avg_plane`] with `add_row`, which adds one row's taps of output vector `v`
+    /// to a sum, for the window's width.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn avg_with(
+        rows: &Rows,
+        x: &[f32],
+        out: &mut [f32],
+        divisors: &[f32],
+        add_row: impl Fn(&Row, usize, __m512) -> __m512,
+    ) {
+        let g = &rows.g;
+        let (iw_n, ow_n) = (g.input[2], g.out[2]);
+        for (oh, &(first, count)) in rows.out_rows.iter().enumerate() {
+            let at = oh * ow_n;
+            assert!(at + ow_n <= out.len() && at + ow_n <= divisors.len());
+            for v in 0..rows.row_vectors {
+                let mut sum = _mm512_setzero_ps();
+                for i in 0..count {
+                    let h = first + i * g.dil[1];
+                    let row = Row::zero_padded(&x[h * iw_n..][..iw_n], g.pad[2], &rows.load_lanes);
+                    sum = add_row(&row, v, sum);
+                }
+                let kept = first_lanes(ow_n - v * LANES);
+                // SAFETY: the kept lanes are outputs of row `oh`, inside `out` and
+                // `divisors` (asserted); the CPU has AVX-512F.
+                unsafe {
+                    let q = super::super::pool::quotient_avx512(
+                        sum,
+                        divisors.as_ptr().add(at + v * LANES),
+                        kept,
+                    );
+                    _mm512_mask_storeu_ps(out.as_mut_ptr().add(at + v * LANES), kept, q);
+                }
+            }
+        }
+    }
+
+    /// Adds the `K` taps of output vector `v` at stride 1 from `row` to `sum`, in
+    /// order.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn sum1<const K: usize>(row: &Row, v: usize, mut sum: __m512) -> __m512 {
+        let lo = row.load(v);
+        let hi = match K > 1 {
+            true => row.load(v + 1),
+            false => lo,
+        };
+        sum = _mm512_add_ps(sum, lo);
+        for k in 1..K {
+            sum = _mm512_add_ps(sum, shifted(lo, hi, k));
+        }
+        sum
+    }
+
+    /// Adds the `K` taps of output vector `v` at stride 2 from `row` to `sum`, in
+    /// order.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn sum2<const K: usize>(row: &Row, v: usize, mut sum: __m512) -> __m512 {
+        let (even, odd) = split_even_odd(row, 2 * v);
+        // Taps 0 and 1 lie in this pair of loads; wider windows reach the next.
+        let (even_hi, odd_hi) = match K > 2 {
+            true => split_even_odd(row, 2 * v + 2),
+            false => (even, odd),
+        };
+        for k in 0..K {
+            let tap = match k % 2 {
+                0 => shifted(even, even_hi, k / 2),
+                _ => shifted(odd, odd_hi, k / 2),
+            };
+            sum = _mm512_add_ps(sum, tap);
+        }
+        sum
+    }
+
+    /// The even and odd columns of loads `j` and `j + 1`.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn split_even_odd(row: &Row, j: usize) -> (__m512, __m512) {
+        let evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        let odds = _mm512_add_epi32(evens, _mm512_set1_epi32(1));
+        let (a, b) = (row.load(j), row.load(j + 1));
+        (
+            _mm512_permutex2var_ps(a, evens, b),
+            _mm512_permutex2var_ps(a, odds, b),
+        )
     }
 
     /// `dst` = the fold over `count` reduced rows `step` values apart from the start
