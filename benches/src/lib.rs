@@ -443,8 +443,8 @@ pub struct PoolShape {
 }
 
 impl PoolShape {
-    /// Bytes of the input, which a pool reads once: pools are bound by memory, so
-    /// the table gives GB/s for them.
+    /// Bytes of the input, which a pool reads once: pools do little arithmetic, so
+    /// the table gives GB/s of input for them.
     pub fn input_bytes(&self) -> f64 {
         (4 * self.c * self.hw[0] * self.hw[1]) as f64
     }

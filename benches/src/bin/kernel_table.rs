@@ -1,6 +1,7 @@
 //! GFLOP/s and percentage of the measured f32 FMA peak for the standard conv and
 //! MatMul shapes of `hmct_benches` (ResNet-50, mobile CNNs, YOLO, RegNet, DeepLab,
-//! BERT-base) and classifier rows run together (`rows_`), each kernel on the calling
+//! BERT-base) and classifier rows run together (`rows_`), and GB/s of input read for
+//! the zoo's MaxPools and AveragePools (`max`, `avg`), each kernel on the calling
 //! thread:
 //! `kernel_table [FILTER] [--runs N] [--cold]` (`cargo build --release -p
 //! hmct-benches --bin kernel_table`). Times are the least thread CPU time of N runs
@@ -84,7 +85,7 @@ fn main() {
             row(sh.name, sh.flops(), &Case::rows(sh, 900 + 10 * i as u32));
         }
     }
-    // Pools are bound by memory: their rate is the input read per second.
+    // Pools do little arithmetic: their rate is the input read per second.
     let mut printed_header = false;
     for (i, sh) in POOL_SHAPES.iter().enumerate() {
         if sh.name.contains(&filter) {

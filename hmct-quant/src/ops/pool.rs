@@ -102,10 +102,11 @@ fn taps(g: &Win3, pe: &[usize; 3], a: usize, o: usize) -> (Vec<usize>, usize) {
 /// `count_include_pad` the taps inside the padded extent): f32 2-D windows with
 /// AVX-512 as masked loads over the flat plane where the output has the input's shape
 /// at stride 1 ([`avg_pool_same`]), else row by row where [`AvgRows`] applies (a
-/// stride of 1 or 2 along the width: DenseNet-121's 2x2 stride-2 transitions, 0.078
+/// stride of 1 or 2 along the width: DenseNet-121's 2x2 stride-2 transitions, 0.080
 /// -> 0.052 ms on 128 planes of 56x56 alone), else through phase planes
-/// ([`avg_pool_phases`]); others blocks of a row's outputs at a time ([`avg_planes`]). A loop per output over its own taps took Inception-v3's
-/// nine 3x3 average pools 21.7 ms against onnxruntime's 0.6.
+/// ([`avg_pool_phases`]); others blocks of a row's outputs at a time ([`avg_planes`]).
+/// A loop per output over its own taps took Inception-v3's nine 3x3 average pools
+/// 21.7 ms against onnxruntime's 0.6.
 fn avg_pool<T: num_traits::Float + Default + Send + Sync + 'static>(
     x: &[T],
     xs: &[usize],
