@@ -260,6 +260,8 @@ mod avx512 {
 
     /// An input row as vectors of sixteen columns, those left of it reading as its
     /// first value and those right of it as its last (or all of them as +0).
+    /// `load_lanes` comes from the [`Rows`] of a geometry whose input rows are `row`'s
+    /// length: the unmasked loads rely on it.
     struct Row<'a> {
         row: &'a [f32],
         pad: isize,
