@@ -287,17 +287,30 @@ fn same_shape_average_pools_match_reference() {
         ([6, 7], [5, 5], [1, 1], [2, 2, 2, 2]),
     ];
     for (input, kernel, dil, pads) in cases {
-        let c = Case {
-            input: input.to_vec(),
-            channels: 3,
-            kernel: kernel.to_vec(),
-            stride: vec![1, 1],
-            dil: dil.to_vec(),
-            pads: pads.to_vec(),
-            ceil: false,
-            seed: 7,
-        };
+        let c = case_2d(input, kernel, [1, 1], dil, pads, 3, 7);
         assert_averages_match(&c);
+    }
+}
+
+/// A 2-D case without ceil mode.
+fn case_2d(
+    input: [usize; 2],
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    dil: [usize; 2],
+    pads: [usize; 4],
+    channels: usize,
+    seed: u64,
+) -> Case {
+    Case {
+        input: input.to_vec(),
+        channels,
+        kernel: kernel.to_vec(),
+        stride: stride.to_vec(),
+        dil: dil.to_vec(),
+        pads: pads.to_vec(),
+        ceil: false,
+        seed,
     }
 }
 
@@ -348,16 +361,7 @@ fn wide_pools_match_reference() {
         }
     }
     for (input, kernel, stride, pads) in cases {
-        let c = Case {
-            input: input.to_vec(),
-            channels: 2,
-            kernel: kernel.to_vec(),
-            stride: stride.to_vec(),
-            dil: vec![1, 1],
-            pads: pads.to_vec(),
-            ceil: false,
-            seed: 11,
-        };
+        let c = case_2d(input, kernel, stride, [1, 1], pads, 2, 11);
         let shape = [1, c.channels, input[0], input[1]];
         let data = values(shape.iter().product(), c.seed);
         let x = Tensor::from_f32(&shape, data.clone()).unwrap();

@@ -321,7 +321,7 @@ unsafe fn avg_same_plane_avx512<const T: usize>(
 
 /// The first `n` of 16 lanes (all of them from 16 on).
 #[cfg(target_arch = "x86_64")]
-fn lanes_below(n: usize) -> u16 {
+pub(super) fn lanes_below(n: usize) -> u16 {
     ((1u32 << n.min(16)) - 1) as u16
 }
 
@@ -647,6 +647,17 @@ fn max_pool<T: Copy + PartialOrd + Send + Sync>(
 fn max_pool_values<T: PoolElem>(x: &[T], xs: &[usize], g: &Win3, lowest: T, skip: T) -> Vec<T> {
     let (in_vol, out_vol) = (g.in_vol(), g.out_vol());
     let planes = xs[0] * xs[1];
+    if let (Some(rows), Some(xf)) = (MaxRows::new(g), f32_slice(x)) {
+        // Every output is written: no fill.
+        let mut y = crate::buffers::take::<T>(planes * out_vol);
+        max_pool_rows(
+            xf,
+            f32_slice_mut(&mut y).expect("T is f32, as x is"),
+            g,
+            &rows,
+        );
+        return y;
+    }
     // From the buffer pool: a fresh 800 KB output (ResNet-50's pool) cost its page
     // faults on every run.
     let mut y = crate::buffers::take_filled(planes * out_vol, lowest);
@@ -668,16 +679,14 @@ fn max_pool_values<T: PoolElem>(x: &[T], xs: &[usize], g: &Win3, lowest: T, skip
     y
 }
 
-/// Max pooling without indices on f32 planes by [`MaxRows`]: each input row reduced
-/// along the width once, then the reduced rows folded per output row.
-fn max_pool_rows(x: &[f32], xs: &[usize], g: &Win3, rows: &MaxRows) -> Vec<f32> {
+/// [`max_pool_values`] on f32 planes by [`MaxRows`]: each input row reduced along
+/// the width once, then the reduced rows folded per output row.
+fn max_pool_rows(x: &[f32], y: &mut [f32], g: &Win3, rows: &MaxRows) {
     let (in_vol, out_vol) = (g.in_vol(), g.out_vol());
-    let mut y = crate::buffers::take::<f32>(xs[0] * xs[1] * out_vol);
     let parallel = y.len() * g.k_vol() >= 1 << 16;
-    for_chunks_with_scratch(&mut y, out_vol, parallel, |reduced, (p, out)| {
+    for_chunks_with_scratch(y, out_vol, parallel, |reduced, (p, out)| {
         rows.plane(&x[p * in_vol..][..in_vol], out, reduced)
     });
-    y
 }
 
 /// [`PhaseGeometry::plane`], compiled for AVX-512 or AVX2 where the CPU has them, so
@@ -1362,13 +1371,6 @@ impl Kernel for PoolKernel {
             }};
         }
         let (y, idx) = match x {
-            Tensor::F32(a) if !self.want_indices => match MaxRows::new(&g) {
-                Some(rows) => {
-                    let y = max_pool_rows(&contiguous(a), xs, &g, &rows);
-                    (Tensor::F32(array(&shape, y)?), Vec::new())
-                }
-                None => mp!(F32, a, f32::NEG_INFINITY, f32::NAN),
-            },
             Tensor::F32(a) => mp!(F32, a, f32::NEG_INFINITY, f32::NAN),
             Tensor::F64(a) => mp!(F64, a, f64::NEG_INFINITY, f64::NAN),
             Tensor::F16(a) => mp!(F16, a, f16::NEG_INFINITY, f16::NAN),

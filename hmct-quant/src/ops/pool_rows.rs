@@ -52,8 +52,8 @@ impl Rows {
         let two_d = g.input[0] == 1 && g.kernel[0] == 1 && g.out[0] == 1 && g.pad[0] == 0;
         let inside = |a: usize, o: usize| (0..g.kernel[a]).filter_map(move |k| g.src(a, o, k));
         let reads = |a: usize| (0..g.out[a]).all(|o| inside(a, o).next().is_some());
-        if !(cfg!(target_arch = "x86_64")
-            && crate::cpu::features().avx512f
+        // (No AVX-512 off x86-64: `features` is all false there.)
+        if !(crate::cpu::features().avx512f
             && two_d
             && matches!(g.stride[2], 1 | 2)
             && g.dil[2] == 1
@@ -174,6 +174,7 @@ impl AvgRows {
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
+    use super::super::pool::lanes_below;
     use super::{LANES, MaxRows, Rows, Scratch};
     use std::arch::x86_64::*;
 
@@ -196,12 +197,6 @@ mod avx512 {
         (@call $run:ident, ($($arg:expr),*), $f:expr) => {
             $run($($arg),*, $f)
         };
-    }
-
-    /// Lanes `0..n` of a vector, for `n <= 16`.
-    #[inline]
-    fn first_lanes(n: usize) -> __mmask16 {
-        if n >= LANES { !0 } else { (1u16 << n) - 1 }
     }
 
     /// [`MaxRows::plane`]: each input row reduced along the width once, as the first
@@ -435,7 +430,7 @@ mod avx512 {
                     let row = Row::zero_padded(&x[h * iw_n..][..iw_n], g.pad[2], &rows.load_lanes);
                     sum = add_row(&row, v, sum);
                 }
-                let kept = first_lanes(ow_n - v * LANES);
+                let kept = lanes_below(ow_n - v * LANES);
                 // SAFETY: the kept lanes are outputs of row `oh`, inside `out` and
                 // `divisors` (asserted); the CPU has AVX-512F.
                 unsafe {
@@ -522,7 +517,7 @@ mod avx512 {
                 }
                 let tap0 = _mm512_loadu_ps(first.as_ptr().add(v));
                 m = _mm512_mask_mov_ps(m, nan_lanes(tap0), tap0);
-                _mm512_mask_storeu_ps(out.add(v), first_lanes(n - v), m);
+                _mm512_mask_storeu_ps(out.add(v), lanes_below(n - v), m);
             }
         }
     }
