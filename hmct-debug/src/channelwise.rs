@@ -269,7 +269,6 @@ pub fn get_channelwise_data_distribution(
     } else {
         1
     };
-    let session = engine.session();
     // Per target: the first sample's shape, the channel axis, and each channel's values
     // over the samples.
     let mut gathered: Vec<(Vec<usize>, usize, Vec<Vec<f32>>)> = Vec::new();
@@ -284,9 +283,7 @@ pub fn get_channelwise_data_distribution(
             if sample > 0 && plan.constant(cal.input).is_some() {
                 continue;
             }
-            let input = session
-                .value(&float, cal.input)
-                .map_err(EngineError::from)?;
+            let input = engine.captured_value(&float, Base::Float, cal.input)?;
             let shape = input.shape().to_vec();
             let values = to_f32(&input).ok_or_else(|| ChannelwiseError::NotNumeric {
                 node: (*name).clone(),

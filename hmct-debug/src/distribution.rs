@@ -324,7 +324,6 @@ pub fn plot_distribution(
         }
     }
     let needs_calibrated = targets.iter().any(|t| t.kind == DistributionKind::Node);
-    let session = engine.session();
     for sample in 0..samples {
         let float = engine.capture(sample, Base::Float)?;
         let calibrated = if needs_calibrated {
@@ -337,15 +336,13 @@ pub fn plot_distribution(
             if t.kind == DistributionKind::Weight && sample > 0 {
                 continue;
             }
-            let x = session.value(&float, t.slot).map_err(EngineError::from)?;
+            let x = engine.captured_value(&float, Base::Float, t.slot)?;
             if sample == 0 {
                 t.shape = x.shape().to_vec();
             }
             t.float.extend(numeric(&x, t.name, &t.tensor)?);
             if let (DistributionKind::Node, Some(calibrated)) = (t.kind, &calibrated) {
-                let y = session
-                    .value(calibrated, t.slot)
-                    .map_err(EngineError::from)?;
+                let y = engine.captured_value(calibrated, Base::Calibrated, t.slot)?;
                 t.calibrated.extend(numeric(&y, t.name, &t.tensor)?);
             }
         }

@@ -13,7 +13,9 @@
 //!
 //! # Cache policy
 //! The captured activations of a sample (every value of a full run of the float or
-//! calibrated model, inputs included) are kept in memory while their total stays
+//! calibrated model, inputs included, but the intermediate values of element-wise
+//! chains, which a probe or [`Engine::captured_value`] recomputes from the chain's
+//! input: `Capture::Compact`) are kept in memory while their total stays
 //! within `cache_bytes`, filled in sample order, so with a tight budget the *first*
 //! samples stay cached and are reused by later calls. A sample that does not fit
 //! is captured when it is needed, its probes are run, and the capture is dropped:
@@ -224,13 +226,14 @@ impl ProbeView<'_> {
 
     /// The float model's value of any slot, for this sample.
     pub fn float_value(&self, slot: Slot) -> Result<Arc<Tensor>, RunError> {
-        self.session.value(self.float, slot)
+        self.session.value_under(self.float, &Config::float(), slot)
     }
 
     /// The calibrated model's value of any slot, for this sample (only when some
     /// probe of the call starts from the calibrated model).
     pub fn calibrated_value(&self, slot: Slot) -> Option<Result<Arc<Tensor>, RunError>> {
-        self.calibrated.map(|v| self.session.value(v, slot))
+        self.calibrated
+            .map(|v| self.session.value_under(v, &Config::calibrated(), slot))
     }
 }
 
@@ -501,10 +504,23 @@ impl Engine {
         self.plan().outputs().to_vec()
     }
 
-    /// The captured activations of `sample` under `base` (every value of a full run),
-    /// from the cache or computed now (and cached if the budget allows).
+    /// The captured activations of `sample` under `base` (every value of a full run
+    /// but the intermediate values of element-wise chains: see [`Capture::Compact`];
+    /// [`Engine::captured_value`] reads any value), from the cache or computed now
+    /// (and cached if the budget allows).
     pub fn capture(&self, sample: usize, base: Base) -> Result<Arc<Values>, EngineError> {
         Ok(self.capture_inner(sample, base)?.0)
+    }
+
+    /// A value of `values`, a capture under `base`, recomputed from the capture where
+    /// it does not hold it.
+    pub fn captured_value(
+        &self,
+        values: &Values,
+        base: Base,
+        slot: Slot,
+    ) -> Result<Arc<Tensor>, EngineError> {
+        Ok(self.session.value_under(values, &base_config(base), slot)?)
     }
 
     /// The values plus whether they are (now) cached.
@@ -525,7 +541,7 @@ impl Engine {
             None,
             &base_config(base),
             &self.all_slots,
-            Capture::All,
+            Capture::Compact,
         )?;
         let size = distinct_bytes(&values, self.plan().num_values());
         let values = Arc::new(values);

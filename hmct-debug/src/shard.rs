@@ -118,12 +118,17 @@ pub fn partition_groups<K: PartialEq>(keys: &[K], costs: &[u64], count: usize) -
 pub fn node_costs(engine: &Engine) -> Result<Vec<u64>, EngineError> {
     let values = engine.capture(0, Base::Float)?;
     let plan = engine.plan();
+    // The capture leaves out the intermediate values of element-wise chains, which
+    // have a shape of their own only when they broadcast: recomputed here.
     let shape = |slot: Option<Slot>| -> Option<Vec<usize>> {
         let s = slot?;
-        values
-            .get(s)
-            .or_else(|| plan.constant(s))
-            .map(|t| t.shape().to_vec())
+        match values.get(s).or_else(|| plan.constant(s)) {
+            Some(t) => Some(t.shape().to_vec()),
+            None => engine
+                .captured_value(&values, Base::Float, s)
+                .ok()
+                .map(|t| t.shape().to_vec()),
+        }
     };
     Ok(plan
         .nodes()

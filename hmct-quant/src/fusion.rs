@@ -1027,6 +1027,11 @@ pub(crate) struct Chains {
 }
 
 impl Chains {
+    /// Values only a chain's own nodes read (every chain's outputs but its last).
+    pub(crate) fn internal_slots(&self) -> impl Iterator<Item = Slot> + '_ {
+        self.chains.iter().flat_map(|c| c.internal.iter().copied())
+    }
+
     /// Finds the chains of `plan` (see [`find_chains`]).
     pub fn find(plan: &Plan) -> Chains {
         let readers = value_readers(plan);

@@ -210,21 +210,28 @@ fn assert_same_as_node_by_node(
     }
     let outputs = fused.plan().outputs().to_vec();
     let bound = fused.bind_inputs(&[("x", x.clone())]).unwrap();
+    let every: Vec<usize> = (0..fused.plan().num_values())
+        .filter(|&v| fused.plan().constant(v).is_none())
+        .collect();
     for base in [Config::float(), Config::calibrated()] {
-        let kept = fused
-            .run_from(&bound, None, &base, &outputs, Capture::All)
-            .unwrap();
-        for cfg in configs {
-            let probe = fused
-                .run_from(&kept, Some(&base), cfg, &outputs, Capture::Wanted)
+        // A compact capture leaves the chains' intermediate values for the probes
+        // to recompute.
+        for capture in [Capture::All, Capture::Compact] {
+            let kept = fused
+                .run_from(&bound, None, &base, &every, capture)
                 .unwrap();
-            let got = fused.value(&probe, outputs[0]).unwrap();
-            let want = run(plain, cfg);
-            assert_eq!(
-                bits(&got),
-                bits(&want[0]),
-                "probe {cfg:?} from {base:?}, {what}"
-            );
+            for cfg in configs {
+                let probe = fused
+                    .run_from(&kept, Some(&base), cfg, &outputs, Capture::Wanted)
+                    .unwrap();
+                let got = fused.value(&probe, outputs[0]).unwrap();
+                let want = run(plain, cfg);
+                assert_eq!(
+                    bits(&got),
+                    bits(&want[0]),
+                    "probe {cfg:?} from {base:?} ({capture:?}), {what}"
+                );
+            }
         }
     }
 }
@@ -300,6 +307,45 @@ fn a_wanted_intermediate_value_keeps_its_chain_apart() {
 }
 
 /// The PP-OCR classifier's BatchNormalization + hard-swish chains are found and fused.
+#[test]
+fn a_compact_capture_leaves_out_chain_intermediates_and_recomputes_them() {
+    let shape = [1, C, 6, 7];
+    let x = input(&shape);
+    for threads in [1, 2] {
+        let s = session(&shape, threads);
+        let plan = s.plan();
+        let every: Vec<usize> = (0..plan.num_values())
+            .filter(|&v| plan.constant(v).is_none())
+            .collect();
+        let bound = s.bind_inputs(&[("x", x.clone())]).unwrap();
+        let base = Config::float();
+        let full = s
+            .run_from(&bound, None, &base, &every, Capture::All)
+            .unwrap();
+        let compact = s
+            .run_from(&bound, None, &base, &every, Capture::Compact)
+            .unwrap();
+        // The chain of `bn` and a hard-swish: its input and output stay, the values
+        // between them go.
+        let slot = |n: &str| plan.value(n).unwrap();
+        for kept in ["x", "ya", "d2"] {
+            assert!(compact.get(slot(kept)).is_some(), "{kept} kept");
+        }
+        for left in ["h", "t", "u", "v"] {
+            assert!(compact.get(slot(left)).is_none(), "{left} left out");
+        }
+        assert!(compact.nbytes() < full.nbytes());
+        for &v in &every {
+            assert_eq!(
+                bits(&s.value_under(&compact, &base, v).unwrap()),
+                bits(&s.value(&full, v).unwrap()),
+                "{} at {threads} threads",
+                plan.value_name(v)
+            );
+        }
+    }
+}
+
 #[test]
 fn the_classifier_fuses_its_chains() {
     let Some(path) = hmct_ir::testing::shared_path(
