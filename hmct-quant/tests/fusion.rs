@@ -214,12 +214,23 @@ fn assert_same_as_node_by_node(
         .filter(|&v| fused.plan().constant(v).is_none())
         .collect();
     for base in [Config::float(), Config::calibrated()] {
+        let full = fused
+            .run_from(&bound, None, &base, &every, Capture::All)
+            .unwrap();
         // A compact capture leaves the chains' intermediate values for the probes
-        // to recompute.
+        // and its readers to recompute.
         for capture in [Capture::All, Capture::Compact] {
             let kept = fused
                 .run_from(&bound, None, &base, &every, capture)
                 .unwrap();
+            for &v in &every {
+                assert_eq!(
+                    bits(&fused.value_under(&kept, &base, v).unwrap()),
+                    bits(&fused.value(&full, v).unwrap()),
+                    "{} under {base:?} ({capture:?}), {what}",
+                    fused.plan().value_name(v)
+                );
+            }
             for cfg in configs {
                 let probe = fused
                     .run_from(&kept, Some(&base), cfg, &outputs, Capture::Wanted)
