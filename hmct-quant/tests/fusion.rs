@@ -9,7 +9,7 @@ use hmct_ir::Model;
 use hmct_ir::testing::build::{
     float_attr, float_value, int_attr, ints_attr, model, named_value, node,
 };
-use hmct_quant::{Capture, Config, Session, plan_model};
+use hmct_quant::{Capture, Config, Session, Values, plan_model};
 
 use hmct_tensor::{Tensor, tensor_to_proto};
 
@@ -193,6 +193,27 @@ fn per_channel_int8(thresholds: &[f32]) -> hmct_quant::FakeQuant {
     hmct_quant::FakeQuant::from_thresholds(int8, thresholds, Some(1)).unwrap()
 }
 
+/// Every value of `s`'s plan that a run computes (not a constant).
+fn computed_values(s: &Session) -> Vec<usize> {
+    let plan = s.plan();
+    (0..plan.num_values())
+        .filter(|&v| plan.constant(v).is_none())
+        .collect()
+}
+
+/// Asserts that every value read from `kept` (a capture under `base`, as it is or
+/// recomputed where it leaves the value out) is `full`'s bit for bit.
+fn assert_reads_match(s: &Session, kept: &Values, full: &Values, base: &Config, what: &str) {
+    for v in computed_values(s) {
+        assert_eq!(
+            bits(&s.value_under(kept, base, v).unwrap()),
+            bits(&s.value(full, v).unwrap()),
+            "{} under {base:?}, {what}",
+            s.plan().value_name(v)
+        );
+    }
+}
+
 /// Asserts that `fused` gives `plain`'s output bit for bit under every config, in full
 /// runs on `x` and in probes from the values captured under the float and the
 /// calibrated configs; `what` names the case in failures.
@@ -210,9 +231,7 @@ fn assert_same_as_node_by_node(
     }
     let outputs = fused.plan().outputs().to_vec();
     let bound = fused.bind_inputs(&[("x", x.clone())]).unwrap();
-    let every: Vec<usize> = (0..fused.plan().num_values())
-        .filter(|&v| fused.plan().constant(v).is_none())
-        .collect();
+    let every = computed_values(fused);
     for base in [Config::float(), Config::calibrated()] {
         let full = fused
             .run_from(&bound, None, &base, &every, Capture::All)
@@ -223,14 +242,7 @@ fn assert_same_as_node_by_node(
             let kept = fused
                 .run_from(&bound, None, &base, &every, capture)
                 .unwrap();
-            for &v in &every {
-                assert_eq!(
-                    bits(&fused.value_under(&kept, &base, v).unwrap()),
-                    bits(&fused.value(&full, v).unwrap()),
-                    "{} under {base:?} ({capture:?}), {what}",
-                    fused.plan().value_name(v)
-                );
-            }
+            assert_reads_match(fused, &kept, &full, &base, &format!("{capture:?}, {what}"));
             for cfg in configs {
                 let probe = fused
                     .run_from(&kept, Some(&base), cfg, &outputs, Capture::Wanted)
@@ -317,7 +329,6 @@ fn a_wanted_intermediate_value_keeps_its_chain_apart() {
     }
 }
 
-/// The PP-OCR classifier's BatchNormalization + hard-swish chains are found and fused.
 #[test]
 fn a_compact_capture_leaves_out_chain_intermediates_and_recomputes_them() {
     let shape = [1, C, 6, 7];
@@ -325,9 +336,7 @@ fn a_compact_capture_leaves_out_chain_intermediates_and_recomputes_them() {
     for threads in [1, 2] {
         let s = session(&shape, threads);
         let plan = s.plan();
-        let every: Vec<usize> = (0..plan.num_values())
-            .filter(|&v| plan.constant(v).is_none())
-            .collect();
+        let every = computed_values(&s);
         let bound = s.bind_inputs(&[("x", x.clone())]).unwrap();
         let base = Config::float();
         let full = s
@@ -346,17 +355,11 @@ fn a_compact_capture_leaves_out_chain_intermediates_and_recomputes_them() {
             assert!(compact.get(slot(left)).is_none(), "{left} left out");
         }
         assert!(compact.nbytes() < full.nbytes());
-        for &v in &every {
-            assert_eq!(
-                bits(&s.value_under(&compact, &base, v).unwrap()),
-                bits(&s.value(&full, v).unwrap()),
-                "{} at {threads} threads",
-                plan.value_name(v)
-            );
-        }
+        assert_reads_match(&s, &compact, &full, &base, &format!("{threads} threads"));
     }
 }
 
+/// The PP-OCR classifier's BatchNormalization + hard-swish chains are found and fused.
 #[test]
 fn the_classifier_fuses_its_chains() {
     let Some(path) = hmct_ir::testing::shared_path(
