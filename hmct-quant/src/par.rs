@@ -10,7 +10,9 @@
 //! order, so this never changes a result.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
 
 thread_local! {
     static SEQUENTIAL: Cell<bool> = const { Cell::new(false) };
@@ -47,7 +49,8 @@ pub(crate) fn sequential<R>(f: impl FnOnce() -> R) -> R {
 }
 
 /// Runs `f` on the current thread of a rayon pool while the pool's other threads
-/// look for work without ever going to sleep, until `f` returns.
+/// look for work without ever going to sleep, until `f` returns, each thread on a
+/// CPU of its own (see [`Placement`]).
 ///
 /// Between two parallel kernels a run does serial work (small element-wise nodes,
 /// the executor's own), long enough for rayon's idle threads to go to sleep; waking a
@@ -60,14 +63,21 @@ pub(crate) fn with_workers_awake<R: Send>(f: impl FnOnce() -> R + Send) -> R {
         return f();
     };
     let done = AtomicBool::new(false);
+    let placement = Placement::new(rayon::current_num_threads());
+    let _mine = placement.as_ref().map(|p| p.pin(p.run_cpu));
     rayon::scope(|scope| {
         for _ in 1..rayon::current_num_threads() {
             scope.spawn(|_| {
                 // This thread may pick the job up itself while it waits inside `f`:
                 // it must not spin there, or `f` would never return.
-                if rayon::current_thread_index() == Some(me) {
+                let Some(index) = rayon::current_thread_index().filter(|&i| i != me) else {
                     return;
-                }
+                };
+                let _pinned = placement.as_ref().map(|p| {
+                    // The pool's threads but `me`, in order, on the CPUs but the run's.
+                    let nth = if index < me { index } else { index - 1 };
+                    p.pin(p.others[nth % p.others.len()])
+                });
                 while !done.load(Ordering::Acquire) {
                     if rayon::yield_now() != Some(rayon::Yield::Executed) {
                         std::hint::spin_loop();
@@ -84,6 +94,191 @@ pub(crate) fn with_workers_awake<R: Send>(f: impl FnOnce() -> R + Send) -> R {
             }
         }
         let _done = Done(&done);
-        f()
+        let result = f();
+        RUN_ENDED.store(micros_now(), Ordering::Relaxed);
+        result
     })
+}
+
+/// When the last run of [`with_workers_awake`] ended, in µs after [`micros_now`]'s
+/// start (0: none yet).
+static RUN_ENDED: AtomicU64 = AtomicU64::new(0);
+
+/// Microseconds since the first call, at least 1.
+fn micros_now() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_micros() as u64 + 1
+}
+
+/// Where the threads of a run go: the thread that runs it stays on the CPU it is on,
+/// each spinning thread goes to another CPU the process may use, for the run only.
+///
+/// Some kernels put a thread that wakes on the CPU of the thread that woke it while
+/// the other CPUs are idle, and pull it back there when it moves (the VMs this was
+/// measured on have `kernel.sched_vcpu_pack`, which packs work onto few virtual
+/// CPUs). A run's spinning thread then shares its CPU with the run's own thread in 4
+/// ms slices: after 100 ms of idle, a run of EfficientNet-B0 at two threads took 18.6
+/// to 25.1 ms against 7.4-7.8 back to back (the one-thread run, with nothing to wake,
+/// took the same time either way); pinned for the run, 8.0 ms. Between runs every
+/// thread gets its own affinity back, so nothing stays pinned while other work could
+/// use the CPUs. `HMCT_PIN_THREADS=off` leaves placement to the kernel.
+///
+/// The packing starts once the CPUs were idle for 15 ms there (`tools/idle_wake.c`,
+/// two threads meeting 100 times: 2.3 ms after 10 ms of idle, 16-18 ms after 15), and
+/// pinning costs a run about 10 µs of system calls (MTCNN R-Net at two threads 0.087
+/// -> 0.096 ms back to back), so a run that starts within `WARM` of the last one is
+/// not pinned.
+struct Placement {
+    run_cpu: usize,
+    /// The CPUs this process may use, but `run_cpu`.
+    others: Vec<usize>,
+}
+
+impl Placement {
+    /// A placement for a pool of `threads` threads, if they can each have a CPU and
+    /// the last run ended `WARM` ago or more.
+    #[cfg(target_os = "linux")]
+    fn new(threads: usize) -> Option<Placement> {
+        /// Runs closer together than this find the threads awake where they were.
+        const WARM: u64 = 5_000;
+        let ended = RUN_ENDED.load(Ordering::Relaxed);
+        if ended != 0 && micros_now() - ended < WARM
+            || std::env::var("HMCT_PIN_THREADS").as_deref() == Ok("off")
+        {
+            return None;
+        }
+        // SAFETY: sched_getcpu takes no arguments; a failure is a negative value.
+        let run_cpu = usize::try_from(unsafe { libc::sched_getcpu() }).ok()?;
+        let allowed = affinity()?;
+        let others: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+            // SAFETY: `c` is below the set's size.
+            .filter(|&c| c != run_cpu && unsafe { libc::CPU_ISSET(c, &allowed) })
+            .collect();
+        (others.len() + 1 >= threads && !others.is_empty()).then_some(Placement { run_cpu, others })
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn new(_threads: usize) -> Option<Placement> {
+        None
+    }
+
+    /// Pins the calling thread to `cpu` until the guard is dropped.
+    #[cfg(target_os = "linux")]
+    fn pin(&self, cpu: usize) -> Option<Pinned> {
+        let old = affinity()?;
+        // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET writes within it, and
+        // sched_setaffinity reads it.
+        unsafe {
+            let mut one: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut one);
+            (libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &one) == 0)
+                .then_some(Pinned { old })
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn pin(&self, _cpu: usize) -> Option<Pinned> {
+        None
+    }
+}
+
+/// A thread pinned for a run; dropping it gives the thread its affinity back.
+struct Pinned {
+    #[cfg(target_os = "linux")]
+    old: libc::cpu_set_t,
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        // SAFETY: `old` is the set sched_getaffinity returned for this thread.
+        #[cfg(target_os = "linux")]
+        unsafe {
+            libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &self.old);
+        }
+    }
+}
+
+/// The calling thread's affinity.
+#[cfg(target_os = "linux")]
+fn affinity() -> Option<libc::cpu_set_t> {
+    // SAFETY: a zeroed cpu_set_t is a valid set for sched_getaffinity to fill in.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        (libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) == 0).then_some(set)
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// The CPUs in the calling thread's affinity.
+    fn cpus() -> Vec<usize> {
+        let set = affinity().unwrap();
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+            .collect()
+    }
+
+    #[test]
+    fn a_run_pins_its_threads_to_cpus_of_their_own_and_gives_their_affinity_back() {
+        let allowed = cpus();
+        if allowed.len() < 2 || std::env::var("HMCT_PIN_THREADS").as_deref() == Ok("off") {
+            return;
+        }
+        // Where threads may not set their affinity, runs are not pinned either.
+        let placement = Placement {
+            run_cpu: allowed[0],
+            others: allowed[1..].to_vec(),
+        };
+        if placement.pin(allowed[0]).is_none() {
+            return;
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let observe = || {
+            pool.install(|| {
+                let during = with_workers_awake(|| {
+                    // The other thread spins until this returns, pinned once it has
+                    // taken up its spinning; ask it where it is until then. (A thread
+                    // that waits in rayon runs jobs of its own queue: give the other
+                    // one time to take its spinning job before this one could.)
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    let me = rayon::current_thread_index().unwrap();
+                    let start = std::time::Instant::now();
+                    loop {
+                        let theirs = pool.broadcast(|ctx| (ctx.index(), cpus()));
+                        let pinned = theirs.iter().all(|(i, c)| *i == me || c.len() == 1);
+                        if pinned || start.elapsed().as_secs() >= 1 {
+                            break (me, cpus(), theirs);
+                        }
+                    }
+                });
+                (during, pool.broadcast(|_| cpus()))
+            })
+        };
+        // Other tests' runs that end just before this one's start leave it unpinned
+        // (runs close together are not pinned): try again after a pause.
+        let (during, after) = (0..10)
+            .map(|_| {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                observe()
+            })
+            .find(|((_, mine, _), _)| mine.len() == 1)
+            .unwrap_or_else(observe);
+        let (me, mine, all) = during;
+        assert_eq!(mine.len(), 1, "the run's thread is on one CPU: {mine:?}");
+        let (_, other) = all.iter().find(|(i, _)| *i != me).unwrap();
+        assert_eq!(
+            other.len(),
+            1,
+            "the spinning thread is on one CPU: {other:?}"
+        );
+        assert_ne!(mine, *other, "the two threads share a CPU");
+        for cpus in after {
+            assert_eq!(cpus, allowed, "a thread kept its pin after the run");
+        }
+    }
 }
