@@ -6,9 +6,12 @@
 //! first use with pinned versions from PyPI) that, per command it reads on stdin,
 //! times a given number of runs in a row, so both sides are timed the same way. Two
 //! figures per model:
-//! - *single*: the median of N single runs, ours and theirs alternating. Each run
-//!   starts after the other engine ran (or this one's thread waited), so caches and
-//!   the idle core are cold, as for a model run now and then.
+//! - *single*: the median of N single runs, ours and theirs alternating, each after
+//!   `IDLE_BEFORE_SINGLE` of idle, as for a model run now and then: caches are cold
+//!   and the threads asleep. The pause matters at two threads: onnxruntime's worker
+//!   spins about 45 ms after each run (`tools/ort_spin.py`), and a run of ours started
+//!   right after it shared the two cores with that spin (ResNet-50 at two threads
+//!   took 78 ms single against 41 warm, its one-thread time).
 //! - *warm*: N rounds of `WARM_BLOCK` runs in a row per engine, alternating; the first
 //!   run of each block is dropped and the median of the rest taken, as for the
 //!   back-to-back runs of a sensitivity sweep.
@@ -59,6 +62,9 @@ for line in sys.stdin:
 
 /// Runs in a row per engine and round of the warm figure; the first is dropped.
 const WARM_BLOCK: usize = 10;
+/// Idle time before each single run: longer than onnxruntime's worker threads spin
+/// after a run.
+const IDLE_BEFORE_SINGLE: std::time::Duration = std::time::Duration::from_millis(100);
 
 pub struct Options {
     pub models: Vec<PathBuf>,
@@ -358,7 +364,9 @@ fn measure(
     };
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     for _ in 0..runs {
+        std::thread::sleep(IDLE_BEFORE_SINGLE);
         ours.extend(our_runs(1)?);
+        std::thread::sleep(IDLE_BEFORE_SINGLE);
         theirs.extend(ort_runs(1)?);
     }
     let (mut ours_warm, mut theirs_warm) = (Vec::new(), Vec::new());
