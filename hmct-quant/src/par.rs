@@ -128,6 +128,7 @@ fn micros_now() -> u64 {
 /// pinning costs a run about 10 µs of system calls (MTCNN R-Net at two threads 0.087
 /// -> 0.096 ms back to back), so a run that starts within `WARM` of the last one is
 /// not pinned.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 struct Placement {
     run_cpu: usize,
     /// The CPUs this process may use, but `run_cpu`.
