@@ -117,17 +117,20 @@ fn micros_now() -> u64 {
 /// the other CPUs are idle, and pull it back there when it moves (the VMs this was
 /// measured on have `kernel.sched_vcpu_pack`, which packs work onto few virtual
 /// CPUs). A run's spinning thread then shares its CPU with the run's own thread in 4
-/// ms slices: after 100 ms of idle, a run of EfficientNet-B0 at two threads took 18.6
-/// to 25.1 ms against 7.4-7.8 back to back (the one-thread run, with nothing to wake,
-/// took the same time either way); pinned for the run, 8.0 ms. Between runs every
+/// ms slices: `cargo xtask bench-ort --threads 2`, whose single runs each follow 100
+/// ms of idle, gave EfficientNet-B0 24.5 ms single against 7.2 warm with
+/// `HMCT_PIN_THREADS=off`, 7.7 against 10.9 (a noisier minute) pinned for the run;
+/// onnxruntime 7.0 and 6.9 single. One-thread runs, with nothing to wake, take the
+/// same time after idle as back to back. Between runs every
 /// thread gets its own affinity back, so nothing stays pinned while other work could
 /// use the CPUs. `HMCT_PIN_THREADS=off` leaves placement to the kernel.
 ///
 /// The packing starts once the CPUs were idle for 15 ms there (`tools/idle_wake.c`,
-/// two threads meeting 100 times: 2.3 ms after 10 ms of idle, 16-18 ms after 15), and
-/// pinning costs a run about 10 µs of system calls (MTCNN R-Net at two threads 0.087
-/// -> 0.096 ms back to back), so a run that starts within `WARM` of the last one is
-/// not pinned.
+/// two threads meeting 100 times: after 5-10 ms of idle no meeting waits for a
+/// slice; after 15 ms some runs do, after 100 ms every one, 15-24 ms against 4.6-8.8;
+/// pinned, 4.7), and pinning costs a run about 10 µs of system calls (MTCNN R-Net at
+/// two threads 0.087 -> 0.096 ms back to back, in a build that pinned every run), so
+/// a run that starts within `WARM` of the last one is not pinned.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 struct Placement {
     run_cpu: usize,
