@@ -58,6 +58,25 @@ const LANES_PLANE: usize = 28 * 28;
 /// Positions per task (whole tiles), so that large planes with few output channels
 /// still split into tasks. Fixed, so tasks never depend on threads.
 const TASK_POSITIONS: usize = 32 * PR;
+/// Fewest tasks a conv without a band splits into where its plane allows (tasks of
+/// two tiles at least): mobile nets' projections have two to five blocks of output
+/// channels on planes of 7x7 and 14x14, one task each, which left a second thread
+/// idle for part of them. MobileNetV2's 1x1 convs at 14x14 at two threads (`run
+/// --profile`, two alternating rounds, `tools/conv_classes.py`) 1.376 / 1.387 ->
+/// 1.243 / 1.279 ms per run, at 7x7 unchanged (a scratch switch between 1 and 8).
+const MIN_TASKS: usize = 8;
+
+/// Positions per task for a conv of `plane` positions with `others` tasks per chunk
+/// of positions (images, groups, blocks of output channels): whole tiles, at most
+/// [`TASK_POSITIONS`], fewer where that gives fewer than [`MIN_TASKS`] tasks. Each
+/// output is summed alone, so how positions split into tasks changes no bit.
+fn positions_per_task(plane: usize, others: usize) -> usize {
+    let chunks = MIN_TASKS.div_ceil(others.max(1));
+    plane
+        .div_ceil(chunks)
+        .next_multiple_of(PR)
+        .clamp(2 * PR, TASK_POSITIONS)
+}
 
 /// Whether [`conv`] runs this conv here: a pointwise conv (1x1, stride 1, no pads)
 /// with 16 or more input channels; with AVX-512, 32 or more output channels per group
@@ -244,8 +263,9 @@ struct Lines {
 /// `y = conv(x, w) + bias` for f32 NCHW data of a conv [`fits`] or [`fits_spatial`]
 /// accepts, or for blocked input and/or output (`layouts`) of a pointwise conv
 /// [`runs_blocked`] accepts, with `wt` from [`pack_weights`]; `y` is written in full.
-/// Tasks are (image, group, block of [`CR`] output channels, chunk of
-/// [`TASK_POSITIONS`] positions); with a band, block and chunk swap places.
+/// Tasks are (image, group, block of [`CR`] output channels, chunk of positions:
+/// [`TASK_POSITIONS`], or [`positions_per_task`] without a band); with a band, block
+/// and chunk swap places.
 ///
 /// A pointwise conv reads its input as is, and so does a conv whose outputs read all
 /// of it and nothing else ([`reads_in_place`]). Others read, with AVX-512, each task's
@@ -279,7 +299,12 @@ pub(crate) fn conv(
     let blocks = mg.div_ceil(CR);
     assert!(wt.len() == group * blocks * kdim * CR);
     assert!(x.len() >= n * c * g.in_vol() && y.len() >= n * m * plane);
-    let chunks = plane.div_ceil(TASK_POSITIONS);
+    let uses_band = !pointwise && isa == Isa::Avx512 && !reads_in_place(g);
+    let task_positions = match uses_band {
+        true => TASK_POSITIONS,
+        false => positions_per_task(plane, n * group * blocks),
+    };
+    let chunks = plane.div_ceil(task_positions);
     let mut padded = Vec::new();
     let mut band = None;
     let (xs, lines) = if pointwise {
@@ -295,7 +320,7 @@ pub(crate) fn conv(
             kept: plane,
         };
         (x, lines)
-    } else if isa == Isa::Avx512 && !reads_in_place(g) {
+    } else if uses_band {
         let b = Band::new(g, cg, chunks);
         let lines = b.lines();
         band = Some(b);
@@ -328,7 +353,7 @@ pub(crate) fn conv(
     };
     let task = |t: usize| {
         let (b, gi, blk, chunk) = split(t);
-        let positions = chunk * TASK_POSITIONS..((chunk + 1) * TASK_POSITIONS).min(plane);
+        let positions = chunk * task_positions..((chunk + 1) * task_positions).min(plane);
         let m0 = blk * CR;
         let chans = CR.min(mg - m0);
         // With a band, tiles read the task's rows from it, the first output row's at 0.
