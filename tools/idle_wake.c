@@ -6,9 +6,9 @@
  *
  * On the VMs of sessions 49-50 (kernel.sched_vcpu_pack = 15), after 15 ms of idle or
  * more the woken thread is put on the main thread's CPU and the two share it in 4 ms
- * slices for the first steps: the 100 steps, 4.6 ms after 10 ms of idle, took 15-24
- * ms after 100 ms (the second thread started after 3.1-3.5 ms, then steps of 4-8 ms),
- * and 4.6 ms pinned. That is why a run pins its threads after a pause
+ * slices for the first steps: the 100 steps, 4.6-8.8 ms after 5-10 ms of idle (the
+ * host's load moves that), took 15-24 ms after 100 ms (the second thread started
+ * after 3.1-3.5 ms, then steps of 4-8 ms), and 4.7 ms pinned. That is why a run pins its threads after a pause
  * (`par::Placement` in hmct-quant).
  * docs/performance.md, session 50, quotes it.
  *

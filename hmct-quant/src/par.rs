@@ -64,7 +64,7 @@ pub(crate) fn with_workers_awake<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     };
     let done = AtomicBool::new(false);
     let placement = Placement::new(rayon::current_num_threads());
-    let _mine = placement.as_ref().map(|p| p.pin(p.run_cpu));
+    let _mine = placement.as_ref().map(|p| pin_to(p.run_cpu));
     rayon::scope(|scope| {
         for _ in 1..rayon::current_num_threads() {
             scope.spawn(|_| {
@@ -76,7 +76,7 @@ pub(crate) fn with_workers_awake<R: Send>(f: impl FnOnce() -> R + Send) -> R {
                 let _pinned = placement.as_ref().map(|p| {
                     // The pool's threads but `me`, in order, on the CPUs but the run's.
                     let nth = if index < me { index } else { index - 1 };
-                    p.pin(p.others[nth % p.others.len()])
+                    pin_to(p.others[nth % p.others.len()])
                 });
                 while !done.load(Ordering::Acquire) {
                     if rayon::yield_now() != Some(rayon::Yield::Executed) {
@@ -121,9 +121,9 @@ fn micros_now() -> u64 {
 /// ms of idle, gave EfficientNet-B0 24.5 ms single against 7.2 warm with
 /// `HMCT_PIN_THREADS=off`, 7.7 against 10.9 (a noisier minute) pinned for the run;
 /// onnxruntime 7.0 and 6.9 single. One-thread runs, with nothing to wake, take the
-/// same time after idle as back to back. Between runs every
-/// thread gets its own affinity back, so nothing stays pinned while other work could
-/// use the CPUs. `HMCT_PIN_THREADS=off` leaves placement to the kernel.
+/// same time after idle as back to back. Between runs every thread gets its own
+/// affinity back, so nothing stays pinned while other work could use the CPUs.
+/// `HMCT_PIN_THREADS=off` leaves placement to the kernel.
 ///
 /// The packing starts once the CPUs were idle for 15 ms there (`tools/idle_wake.c`,
 /// two threads meeting 100 times: after 5-10 ms of idle no meeting waits for a
@@ -145,43 +145,24 @@ impl Placement {
     fn new(threads: usize) -> Option<Placement> {
         /// Runs closer together than this find the threads awake where they were.
         const WARM: u64 = 5_000;
+        static OFF: OnceLock<bool> = OnceLock::new();
         let ended = RUN_ENDED.load(Ordering::Relaxed);
         if ended != 0 && micros_now() - ended < WARM
-            || std::env::var("HMCT_PIN_THREADS").as_deref() == Ok("off")
+            || *OFF.get_or_init(|| std::env::var("HMCT_PIN_THREADS").as_deref() == Ok("off"))
         {
             return None;
         }
         // SAFETY: sched_getcpu takes no arguments; a failure is a negative value.
         let run_cpu = usize::try_from(unsafe { libc::sched_getcpu() }).ok()?;
-        let allowed = affinity()?;
-        let others: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
-            // SAFETY: `c` is below the set's size.
-            .filter(|&c| c != run_cpu && unsafe { libc::CPU_ISSET(c, &allowed) })
+        let others: Vec<usize> = allowed_cpus()?
+            .into_iter()
+            .filter(|&c| c != run_cpu)
             .collect();
         (others.len() + 1 >= threads && !others.is_empty()).then_some(Placement { run_cpu, others })
     }
 
     #[cfg(not(target_os = "linux"))]
     fn new(_threads: usize) -> Option<Placement> {
-        None
-    }
-
-    /// Pins the calling thread to `cpu` until the guard is dropped.
-    #[cfg(target_os = "linux")]
-    fn pin(&self, cpu: usize) -> Option<Pinned> {
-        let old = affinity()?;
-        // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET writes within it, and
-        // sched_setaffinity reads it.
-        unsafe {
-            let mut one: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu, &mut one);
-            (libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &one) == 0)
-                .then_some(Pinned { old })
-        }
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    fn pin(&self, _cpu: usize) -> Option<Pinned> {
         None
     }
 }
@@ -202,6 +183,37 @@ impl Drop for Pinned {
     }
 }
 
+/// Pins the calling thread to `cpu` until the guard is dropped.
+#[cfg(target_os = "linux")]
+fn pin_to(cpu: usize) -> Option<Pinned> {
+    let old = affinity()?;
+    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET writes within it, and
+    // sched_setaffinity reads it.
+    unsafe {
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut one);
+        (libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &one) == 0)
+            .then_some(Pinned { old })
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn pin_to(_cpu: usize) -> Option<Pinned> {
+    None
+}
+
+/// The CPUs the calling thread may run on.
+#[cfg(target_os = "linux")]
+fn allowed_cpus() -> Option<Vec<usize>> {
+    let set = affinity()?;
+    // SAFETY: `c` is below the set's size.
+    Some(
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+            .collect(),
+    )
+}
+
 /// The calling thread's affinity.
 #[cfg(target_os = "linux")]
 fn affinity() -> Option<libc::cpu_set_t> {
@@ -216,26 +228,20 @@ fn affinity() -> Option<libc::cpu_set_t> {
 mod tests {
     use super::*;
 
-    /// The CPUs in the calling thread's affinity.
     fn cpus() -> Vec<usize> {
-        let set = affinity().unwrap();
-        (0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-            .collect()
+        allowed_cpus().unwrap()
     }
 
     #[test]
     fn a_run_pins_its_threads_to_cpus_of_their_own_and_gives_their_affinity_back() {
         let allowed = cpus();
         if allowed.len() < 2 || std::env::var("HMCT_PIN_THREADS").as_deref() == Ok("off") {
+            eprintln!("skipped: one CPU, or HMCT_PIN_THREADS=off");
             return;
         }
         // Where threads may not set their affinity, runs are not pinned either.
-        let placement = Placement {
-            run_cpu: allowed[0],
-            others: allowed[1..].to_vec(),
-        };
-        if placement.pin(allowed[0]).is_none() {
+        if pin_to(allowed[0]).is_none() {
+            eprintln!("skipped: this thread may not set its affinity");
             return;
         }
         let pool = rayon::ThreadPoolBuilder::new()
