@@ -58,8 +58,8 @@ const LANES_PLANE: usize = 28 * 28;
 /// Positions per task (whole tiles), so that large planes with few output channels
 /// still split into tasks. Fixed, so tasks never depend on threads.
 const TASK_POSITIONS: usize = 32 * PR;
-/// Fewest tasks a conv without a band splits into where its plane allows (tasks of
-/// two tiles at least): mobile nets' projections have two to five blocks of output
+/// Fewest tasks a conv without a band splits into on more than one thread, where its
+/// plane allows (tasks of two tiles at least): mobile nets' projections have two to five blocks of output
 /// channels on planes of 7x7 and 14x14, one task each, which left a second thread
 /// idle for part of them. MobileNetV2's 1x1 convs at 14x14 at two threads (`run
 /// --profile`, two alternating rounds, `tools/conv_classes.py`) 1.376 / 1.387 ->
@@ -300,7 +300,9 @@ pub(crate) fn conv(
     assert!(wt.len() == group * blocks * kdim * CR);
     assert!(x.len() >= n * c * g.in_vol() && y.len() >= n * m * plane);
     let uses_band = !pointwise && isa == Isa::Avx512 && !reads_in_place(g);
-    let task_positions = match uses_band {
+    // Smaller tasks serve a second thread only: on one, a block's weights would be
+    // read once per chunk for nothing.
+    let task_positions = match uses_band || crate::par::threads() == 1 {
         true => TASK_POSITIONS,
         false => positions_per_task(plane, n * group * blocks),
     };
