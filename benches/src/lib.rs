@@ -140,6 +140,9 @@ pub const CONV_SHAPES: &[ConvShape] = &[
     conv("yolo_1x1_96to64_80", 96, 64, 1, 1, 1, 0, 80),
     conv("yolo_1x1_48to48_80", 48, 48, 1, 1, 1, 0, 80),
     conv("effnet_3x3s2_stem_3to32_224", 3, 32, 1, 3, 2, 1, 224),
+    // SqueezeNet 1.1's stem: no padding, so a 111x111 output.
+    conv("sq_3x3s2_stem_3to64_224", 3, 64, 1, 3, 2, 0, 224),
+    conv("sq_3x3s2_stem_3to64_224p1", 3, 64, 1, 3, 2, 1, 224),
     conv("mbv2_dw3x3_144_56", 144, 144, 144, 3, 1, 1, 56),
     conv("mbv2_dw3x3s2_96_112", 96, 96, 96, 3, 2, 1, 112),
     conv("mbv2_dw3x3_960_7", 960, 960, 960, 3, 1, 1, 7),
@@ -158,6 +161,11 @@ pub const CONV_SHAPES: &[ConvShape] = &[
     conv("mbv3_dw3x3s2_240_28", 240, 240, 240, 3, 2, 1, 28),
     conv("mbv3_dw5x5s2_72_56", 72, 72, 72, 5, 2, 2, 56),
     conv("mbv3_dw3x3s2_64_112", 64, 64, 64, 3, 2, 1, 112),
+    // SSDlite320's first depthwise convs, on 160x160 inputs (wider planes than any
+    // 224x224 net's).
+    conv("ssd_dw3x3_16_160", 16, 16, 16, 3, 1, 1, 160),
+    conv("ssd_dw3x3s2_64_160", 64, 64, 64, 3, 2, 1, 160),
+    conv("ssd_dw5x5_120_40", 120, 120, 120, 5, 1, 2, 40),
     conv("effnet_dw5x5_240_28", 240, 240, 240, 5, 1, 2, 28),
     // Kernels as large as their stride (patch embeddings, ConvNeXt's downsampling).
     conv("vit_16x16s16_3to384_224", 3, 384, 1, 16, 16, 0, 224),

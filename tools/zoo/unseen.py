@@ -23,6 +23,15 @@ MODELS = {
     "googlenet": (lambda: tv.googlenet(aux_logits=False, init_weights=True), 224),
     "regnet_x_1_6gf": (tv.regnet_x_1_6gf, 224),
     "efficientnet_v2_s": (tv.efficientnet_v2_s, 224),
+    # Added in session 51, after the zoo's kernels had moved for twenty sessions.
+    "mobilenet_v3_small": (tv.mobilenet_v3_small, 224),
+    "resnet18": (tv.resnet18, 224),
+    "wide_resnet50_2": (tv.wide_resnet50_2, 224),
+    "efficientnet_b3": (tv.efficientnet_b3, 300),
+    "regnet_y_3_2gf": (tv.regnet_y_3_2gf, 224),
+    "shufflenet_v2_x2_0": (tv.shufflenet_v2_x2_0, 224),
+    "mnasnet0_5": (tv.mnasnet0_5, 224),
+    "vgg11_bn": (tv.vgg11_bn, 224),
 }
 
 
