@@ -7,14 +7,17 @@
 //! times a given number of runs in a row, so both sides are timed the same way. Two
 //! figures per model:
 //! - *single*: the median of N single runs, ours and theirs alternating, each after
-//!   `IDLE_BEFORE_SINGLE` of idle, as for a model run now and then: caches are cold
+//!   `IDLE_BEFORE` of idle, as for a model run now and then: caches are cold
 //!   and the threads asleep. The pause matters at two threads: onnxruntime's worker
 //!   spins about 45 ms after each run (`tools/ort_spin.py`), and a run of ours started
 //!   right after it shared the two cores with that spin (ResNet-50 at two threads
 //!   took 78 ms single against 41 warm, its one-thread time).
-//! - *warm*: N rounds of `WARM_BLOCK` runs in a row per engine, alternating; the first
-//!   run of each block is dropped and the median of the rest taken, as for the
-//!   back-to-back runs of a sensitivity sweep.
+//! - *warm*: N rounds of `WARM_BLOCK` runs in a row per engine, alternating, each block
+//!   after the same idle; the first run of each block is dropped and the median of the
+//!   rest taken, as for the back-to-back runs of a sensitivity sweep. Without the
+//!   idle, a block of ours ran inside the spin of onnxruntime's worker after its
+//!   block: at two threads, models of a few ms per run (MobileNetV3-small, MnasNet
+//!   0.5, SqueezeNet 1.1) took about their one-thread time.
 //!
 //! With `--repeat K` each model is measured K times, each with a fresh session and a
 //! fresh onnxruntime process; times are the medians over the K measurements and each
@@ -62,9 +65,9 @@ for line in sys.stdin:
 
 /// Runs in a row per engine and round of the warm figure; the first is dropped.
 const WARM_BLOCK: usize = 10;
-/// Idle time before each single run: longer than onnxruntime's worker threads spin
-/// after a run.
-const IDLE_BEFORE_SINGLE: std::time::Duration = std::time::Duration::from_millis(100);
+/// Idle time before each single run and each warm block: longer than onnxruntime's
+/// worker threads spin after a run.
+const IDLE_BEFORE: std::time::Duration = std::time::Duration::from_millis(100);
 
 pub struct Options {
     pub models: Vec<PathBuf>,
@@ -364,14 +367,16 @@ fn measure(
     };
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     for _ in 0..runs {
-        std::thread::sleep(IDLE_BEFORE_SINGLE);
+        std::thread::sleep(IDLE_BEFORE);
         ours.extend(our_runs(1)?);
-        std::thread::sleep(IDLE_BEFORE_SINGLE);
+        std::thread::sleep(IDLE_BEFORE);
         theirs.extend(ort_runs(1)?);
     }
     let (mut ours_warm, mut theirs_warm) = (Vec::new(), Vec::new());
     for _ in 0..runs {
+        std::thread::sleep(IDLE_BEFORE);
         ours_warm.extend(our_runs(WARM_BLOCK)?.into_iter().skip(1));
+        std::thread::sleep(IDLE_BEFORE);
         theirs_warm.extend(ort_runs(WARM_BLOCK)?.into_iter().skip(1));
     }
     drop(to_ort);
