@@ -140,7 +140,8 @@ pub const CONV_SHAPES: &[ConvShape] = &[
     conv("yolo_1x1_96to64_80", 96, 64, 1, 1, 1, 0, 80),
     conv("yolo_1x1_48to48_80", 48, 48, 1, 1, 1, 0, 80),
     conv("effnet_3x3s2_stem_3to32_224", 3, 32, 1, 3, 2, 1, 224),
-    // SqueezeNet 1.1's stem: no padding, so a 111x111 output.
+    // SqueezeNet 1.1's stem: no padding, so a 111x111 output; and the same with the
+    // padding of the other stems (112x112), to tell the two apart.
     conv("sq_3x3s2_stem_3to64_224", 3, 64, 1, 3, 2, 0, 224),
     conv("sq_3x3s2_stem_3to64_224p1", 3, 64, 1, 3, 2, 1, 224),
     conv("mbv2_dw3x3_144_56", 144, 144, 144, 3, 1, 1, 56),

@@ -15,9 +15,9 @@
 //! - *warm*: N rounds of `WARM_BLOCK` runs in a row per engine, alternating, each block
 //!   after the same idle; the first run of each block is dropped and the median of the
 //!   rest taken, as for the back-to-back runs of a sensitivity sweep. Without the
-//!   idle, a block of ours ran inside the spin of onnxruntime's worker after its
-//!   block: at two threads, models of a few ms per run (MobileNetV3-small, MnasNet
-//!   0.5, SqueezeNet 1.1) took about their one-thread time.
+//!   idle, a block of ours began inside the spin of onnxruntime's worker after its
+//!   block, and at two threads a block of runs of a few ms (MobileNetV3-small, MnasNet
+//!   0.5, SqueezeNet 1.1) lay wholly inside it.
 //!
 //! With `--repeat K` each model is measured K times, each with a fresh session and a
 //! fresh onnxruntime process; times are the medians over the K measurements and each
