@@ -300,9 +300,10 @@ pub(crate) fn conv(
     assert!(wt.len() == group * blocks * kdim * CR);
     assert!(x.len() >= n * c * g.in_vol() && y.len() >= n * m * plane);
     let uses_band = !pointwise && isa == Isa::Avx512 && !reads_in_place(g);
-    // Smaller tasks serve a second thread only: on one, a block's weights would be
-    // read once per chunk for nothing.
-    let task_positions = match uses_band || crate::par::threads() == 1 {
+    let light = n * m * plane * kdim < SERIAL_WORK && wt.len() < PARALLEL_WEIGHTS;
+    // Smaller tasks serve a second thread only: run on one (one thread, or a conv too
+    // light to hand out), a block's weights would be read once per chunk for nothing.
+    let task_positions = match uses_band || light || crate::par::threads() == 1 {
         true => TASK_POSITIONS,
         false => positions_per_task(plane, n * group * blocks),
     };
@@ -536,7 +537,6 @@ pub(crate) fn conv(
             }
         }
     };
-    let light = n * m * plane * kdim < SERIAL_WORK && wt.len() < PARALLEL_WEIGHTS;
     if tasks == 1 || light || !crate::par::enabled() {
         (0..tasks).for_each(task);
     } else {
