@@ -3,8 +3,8 @@
 CPU time at 1, 2, 5, ... 100 ms after each of a few runs, with the main thread
 asleep. With two threads the worker spins about 45 ms after every run (onnxruntime
 1.32, `intra_op.allow_spinning` at its default), which is why `cargo xtask bench-ort`
-pauses before each single run: an engine started within that time shares the cores
-with the spin.
+pauses before each single run and each block of warm runs: an engine started within
+that time shares the cores with the spin.
 
 Pinned: onnxruntime==1.32.0, numpy (tools/requirements.txt). Usage:
     python tools/ort_spin.py MODEL DATA [--threads 2] [--runs 4]
