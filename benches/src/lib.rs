@@ -168,6 +168,12 @@ pub const CONV_SHAPES: &[ConvShape] = &[
     conv("ssd_dw3x3s2_64_160", 64, 64, 64, 3, 2, 1, 160),
     conv("ssd_dw5x5_120_40", 120, 120, 120, 5, 1, 2, 40),
     conv("effnet_dw5x5_240_28", 240, 240, 240, 5, 1, 2, 28),
+    // MnasNet 0.5's inverted residuals: channel counts of 48 and 72 on large planes.
+    conv("mnas_1x1_16to48_56", 16, 48, 1, 1, 1, 0, 56),
+    conv("mnas_dw3x3_48_56", 48, 48, 48, 3, 1, 1, 56),
+    conv("mnas_1x1_48to16_56", 48, 16, 1, 1, 1, 0, 56),
+    conv("mnas_dw5x5_72_28", 72, 72, 72, 5, 1, 2, 28),
+    conv("mnas_dw5x5_576_7", 576, 576, 576, 5, 1, 2, 7),
     // Kernels as large as their stride (patch embeddings, ConvNeXt's downsampling).
     conv("vit_16x16s16_3to384_224", 3, 384, 1, 16, 16, 0, 224),
     conv("convnext_4x4s4_3to96_224", 3, 96, 1, 4, 4, 0, 224),
@@ -439,7 +445,7 @@ pub const ROWS_SHAPES: &[RowsShape] = &[
 
 /// A 2-D MaxPool or AveragePool on one image: channels, square window, stride, pads
 /// on every side, input height and width (AveragePool counts the padding, as the
-/// zoo's do).
+/// zoo's do); with a window of 0, GlobalMaxPool or GlobalAveragePool.
 #[derive(Clone, Copy, Debug)]
 pub struct PoolShape {
     pub name: &'static str,
@@ -493,6 +499,11 @@ pub const POOL_SHAPES: &[PoolShape] = &[
     pool("avg3x3s1_768_17", false, 768, 3, 1, 1, 17),
     pool("avg2x2s2_128_56", false, 128, 2, 2, 0, 56),
     pool("avg2x2s2_256_28", false, 256, 2, 2, 0, 28),
+    // Global average pools (kernel 0) of EfficientNet-B0's squeeze-excitation blocks.
+    pool("gap_32_112", false, 32, 0, 1, 0, 112),
+    pool("gap_144_56", false, 144, 0, 1, 0, 56),
+    pool("gap_672_14", false, 672, 0, 1, 0, 14),
+    pool("gap_1152_7", false, 1152, 0, 1, 0, 7),
 ];
 
 /// A kernel with its inputs, built as a plan builds it (constant inputs known at
@@ -546,9 +557,17 @@ impl Case {
         Case::new("Conv", &attrs, vec![x, w, b], &[false, true, true])
     }
 
-    /// A MaxPool or AveragePool (`count_include_pad = 1`).
+    /// A MaxPool or AveragePool (`count_include_pad = 1`), or a global pool.
     pub fn pool(sh: &PoolShape, seed: u32) -> Case {
         let x = tensor(&[1, sh.c, sh.hw[0], sh.hw[1]], seed);
+        if sh.k == 0 {
+            let op = if sh.max {
+                "GlobalMaxPool"
+            } else {
+                "GlobalAveragePool"
+            };
+            return Case::new(op, &[], vec![x], &[false]);
+        }
         let mut attrs = vec![
             ints("kernel_shape", &[sh.k as i64; 2]),
             ints("pads", &[sh.p as i64; 4]),
