@@ -1395,11 +1395,11 @@ impl Kernel for PoolKernel {
 /// 32 running sums in four groups of eight: one group of eight sums alone was a chain
 /// of dependent adds, each waiting for the last (`kernel_table gap_` on a Zen 4, ms:
 /// 32 planes of 112x112 0.046 -> 0.029, 144 of 56x56 0.048 -> 0.033; 672 of 14x14
-/// and 1152 of 7x7 as before, 0.012 and 0.009). Values past the last 32 go to the first group
-/// eight at a time, then one at a time to the total. The order is fixed, so results
-/// do not depend on threads, and each lane adds the same values in the same order
-/// with AVX-512, AVX or neither, so the same bits on any CPU. The CPU is asked once
-/// per call: per plane, the question cost more than a 7x7 plane's sum.
+/// and 1152 of 7x7 as before, 0.012 and 0.009). Values past the last 32 go to the
+/// first group eight at a time, then one at a time to the total. The order is fixed,
+/// so results do not depend on threads, and each lane adds the same values in the
+/// same order with AVX-512, AVX or neither, so the same bits on any CPU. The CPU is
+/// asked once per call: per plane, the question cost more than a 7x7 plane's sum.
 fn plane_means(planes: &[f32], vol: usize, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
