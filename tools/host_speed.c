@@ -13,8 +13,8 @@
  * column) can be 10-20% slower than a warm one, on either side and whatever the
  * model: docs/performance.md, session 52, quotes it.
  *
- *   gcc -O2 -o target/host_speed tools/host_speed.c && target/host_speed 100 12 6
- *   target/host_speed 0 12 6
+ *   gcc -O2 -o target/host_speed tools/host_speed.c && target/host_speed 100 12 5
+ *   target/host_speed 0 12 5
  */
 #include <immintrin.h>
 #include <stdio.h>

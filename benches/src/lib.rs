@@ -485,6 +485,12 @@ const fn pool(
     }
 }
 
+/// A GlobalMaxPool or GlobalAveragePool: [`pool`] with a window of 0, which
+/// [`Case::pool`] reads as global.
+const fn global_pool(name: &'static str, max: bool, c: usize, hw: usize) -> PoolShape {
+    pool(name, max, c, 0, 1, 0, hw)
+}
+
 /// The zoo's pools (`target/zoo`): ResNet-50's and DenseNet-121's stem MaxPool,
 /// Inception-v3's unpadded stride-2 MaxPools and stride-1 AveragePools, YOLOv8n's
 /// SPPF at 640x640, DenseNet-121's 2x2 transition AveragePools.
@@ -499,11 +505,11 @@ pub const POOL_SHAPES: &[PoolShape] = &[
     pool("avg3x3s1_768_17", false, 768, 3, 1, 1, 17),
     pool("avg2x2s2_128_56", false, 128, 2, 2, 0, 56),
     pool("avg2x2s2_256_28", false, 256, 2, 2, 0, 28),
-    // Global average pools (kernel 0) of EfficientNet-B0's squeeze-excitation blocks.
-    pool("gap_32_112", false, 32, 0, 1, 0, 112),
-    pool("gap_144_56", false, 144, 0, 1, 0, 56),
-    pool("gap_672_14", false, 672, 0, 1, 0, 14),
-    pool("gap_1152_7", false, 1152, 0, 1, 0, 7),
+    // EfficientNet-B0's squeeze-excitation pools.
+    global_pool("gap_32_112", false, 32, 112),
+    global_pool("gap_144_56", false, 144, 56),
+    global_pool("gap_672_14", false, 672, 14),
+    global_pool("gap_1152_7", false, 1152, 7),
 ];
 
 /// A kernel with its inputs, built as a plan builds it (constant inputs known at
