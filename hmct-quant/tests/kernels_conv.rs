@@ -563,6 +563,110 @@ fn taps_in_padding_only() {
     }
 }
 
+/// `bias + Σ_c Σ_taps w·x` in that order with fused multiply-adds, over the taps that
+/// read data: the sum every conv kernel computes (a padding tap adds `w·0`, which
+/// changes no nonzero sum), so a kernel's output has exactly these bits.
+fn in_order_fma(c: &Case, x: &[f32], wt: &[f32], b: &[f32]) -> Vec<f32> {
+    let (ci, m) = (c.cg * c.group, c.mg * c.group);
+    let oh = (c.h + c.p[0] + c.p[2] - ((c.k[0] - 1) * c.d[0] + 1)) / c.s[0] + 1;
+    let ow = (c.w + c.p[1] + c.p[3] - ((c.k[1] - 1) * c.d[1] + 1)) / c.s[1] + 1;
+    let mut y = Vec::with_capacity(c.n * m * oh * ow);
+    for n in 0..c.n {
+        for mo in 0..m {
+            let ch0 = mo / c.mg * c.cg;
+            for (i, j) in (0..oh).flat_map(|i| (0..ow).map(move |j| (i, j))) {
+                let mut acc = b[mo];
+                for cc in 0..c.cg {
+                    for (a, bb) in (0..c.k[0]).flat_map(|a| (0..c.k[1]).map(move |bb| (a, bb))) {
+                        let yy = (i * c.s[0] + a * c.d[0]) as isize - c.p[0] as isize;
+                        let xx = (j * c.s[1] + bb * c.d[1]) as isize - c.p[1] as isize;
+                        if yy < 0 || xx < 0 || yy >= c.h as isize || xx >= c.w as isize {
+                            continue;
+                        }
+                        let xv = x[((n * ci + ch0 + cc) * c.h + yy as usize) * c.w + xx as usize];
+                        acc = xv.mul_add(wt[((mo * c.cg + cc) * c.k[0] + a) * c.k[1] + bb], acc);
+                    }
+                }
+                y.push(acc);
+            }
+        }
+    }
+    y
+}
+
+/// Dilated convs most of whose taps read padding (DeepLab's ASPP: dilations 12 and 24
+/// on a 33x33 map) run band by band, each band with the taps that read data there:
+/// with many output channels on the packed GEMM, its windows gathered from the input
+/// in place; with few, or on bands of few positions, on a copy of the rectangle the
+/// band reads. Every output has the bits of the in-order sum, at 1 and 3 threads.
+#[test]
+fn padding_heavy_convs_band_by_band() {
+    let base = Case {
+        n: 2,
+        cg: 24,
+        group: 1,
+        mg: 48,
+        h: 33,
+        w: 33,
+        k: [3, 3],
+        s: [1, 1],
+        d: [12, 12],
+        p: [12; 4],
+    };
+    let cases = [
+        base.clone(),
+        Case {
+            d: [24, 24],
+            p: [24; 4],
+            ..base.clone()
+        },
+        // Unequal axes and pads, two groups.
+        Case {
+            group: 2,
+            h: 30,
+            d: [10, 12],
+            p: [10, 12, 9, 13],
+            ..base.clone()
+        },
+        // Few output channels: the bands' copies.
+        Case {
+            mg: 8,
+            ..base.clone()
+        },
+        // Bands of 16 positions and fewer.
+        Case {
+            h: 10,
+            w: 10,
+            d: [4, 4],
+            p: [4; 4],
+            ..base.clone()
+        },
+    ];
+    for (i, c) in cases.iter().enumerate() {
+        let (ci, m) = (c.cg * c.group, c.mg * c.group);
+        let seed = 70 + 3 * i as u64;
+        let (xv, wv, bv) = (
+            values(c.n * ci * c.h * c.w, seed),
+            values(m * c.cg * 9, seed + 1),
+            values(m, seed + 2),
+        );
+        let x = Tensor::from_f32(&[c.n, ci, c.h, c.w], xv.clone()).unwrap();
+        let w = Tensor::from_f32(&[m, c.cg, 3, 3], wv.clone()).unwrap();
+        let b = Tensor::from_f32(&[m], bv.clone()).unwrap();
+        let want: Vec<u32> = in_order_fma(c, &xv, &wv, &bv)
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
+        for threads in [1, 3] {
+            let got = on_threads(threads, || run_conv(c, &x, &w, &b));
+            assert!(
+                f32_bits(&got) == want,
+                "case {i} at {threads} threads: {c:?}"
+            );
+        }
+    }
+}
+
 /// Convs whose windows do not overlap (kernel no larger than the stride: patch
 /// embeddings, ConvNeXt's 2x2 stride-2 downsampling, 1x1 with strides) run on a
 /// gathered dense input: 2x2 stride 2 (the vectorized phase split) on odd and even

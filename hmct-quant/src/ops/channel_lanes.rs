@@ -202,7 +202,8 @@ pub(crate) fn runs_blocked(
 /// 1.39x slower here before weight rows went in blocks and tiles skipped the padding
 /// columns; since, `kernel_table` against the direct conv (median of 5 rounds):
 /// DeepLab's 3x3 of dilation 2 at 28x28 0.77, and its ASPP convs on the 33x33 map
-/// (bands of [`super::conv`]'s `padding_bands`) 0.69 (dilation 12), 0.66 (24).
+/// (bands of [`super::conv`]'s `padding_bands`) 0.69 (dilation 12), 0.66 (24); such
+/// bands now run on the packed GEMM ([`super::packed_gemm::band_prefers`]).
 ///
 /// `kernel_table` (% of the FMA peak, direct conv -> here): ResNet-50's 3x3 at 56x56
 /// 79 -> 92, 28x28 81 -> 92, 14x14 79 -> 87, 7x7 65 -> 76, stride 2 from 56x56 70 ->

@@ -1041,9 +1041,11 @@ pub(super) fn reads_little(g: &Win3) -> bool {
     padding_bands(g).is_some()
 }
 
-/// A 2-D f32 conv as one unpadded conv per band of [`padding_bands`], each on the
-/// input rectangle its band reads and with the taps that read data there; `y` is
-/// written in full. Every output is the sum of the full kernel's in the same order
+/// A 2-D f32 conv as one conv per band of [`padding_bands`], each with the taps that
+/// read data there: on the packed GEMM, which gathers the band's windows from the
+/// input in place, where it has the output channels and positions for its tiles
+/// ([`super::packed_gemm::band_prefers`]); otherwise as an unpadded conv on a copy of
+/// the input rectangle the band reads. `y` is written in full. Every output is the sum of the full kernel's in the same order
 /// less the `w·0` terms of padding (so the same bits but for the sign of a zero
 /// sum); `dims` is `[n, c, m, group]`.
 #[allow(clippy::too_many_arguments)]
@@ -1075,33 +1077,17 @@ fn conv_bands(
             }
             continue;
         }
-        let sub = Win3 {
-            input: [
-                1,
-                (rh - 1) * g.stride[1] + (th.len() - 1) * g.dil[1] + 1,
-                (rw - 1) * g.stride[2] + (tw.len() - 1) * g.dil[2] + 1,
-            ],
-            out: [1, rh, rw],
-            kernel: [1, th.len(), tw.len()],
-            pad: [0; 3],
-            ..*g
-        };
         // First input row and column the band reads (data, by construction).
         let r0 = (band.rows.start * g.stride[1] + th.start * g.dil[1]) as isize - g.pad[1];
         let c0 = (band.cols.start * g.stride[2] + tw.start * g.dil[2]) as isize - g.pad[2];
-        let (r0, c0) = (r0 as usize, c0 as usize);
-        let [_, ch, cw] = sub.input;
-        let mut crop = crate::buffers::take::<f32>(n * c * ch * cw);
-        for (plane, dst) in x.chunks_exact(ih * iw).zip(crop.chunks_exact_mut(ch * cw)) {
-            for (r, dst_row) in dst.chunks_exact_mut(cw).enumerate() {
-                let src = &plane[(r0 + r) * iw + c0..][..cw];
-                if cw <= 64 {
-                    copy_short(dst_row, src);
-                } else {
-                    dst_row.copy_from_slice(src);
-                }
-            }
-        }
+        // The band as a conv on the whole input, its pads negative: its windows start
+        // at row `r0`, column `c0` and read only data.
+        let on_input = Win3 {
+            out: [1, rh, rw],
+            kernel: [1, th.len(), tw.len()],
+            pad: [0, -r0, -c0],
+            ..*g
+        };
         let key = [th.start, th.end, tw.start, tw.end];
         let copy_taps = || {
             let taps = kernel_taps(w, filters, g.kernel, [0..1, th.clone(), tw.clone()]);
@@ -1123,24 +1109,56 @@ fn conv_bands(
         };
         let (taps, band_derived) = (&weights.0, derived.map(|_| &weights.1));
         let mut out = crate::buffers::take::<f32>(n * m * rh * rw);
-        conv_f32(
-            isa,
-            &crop,
-            taps,
-            bias,
-            &mut out,
-            dims,
-            &sub,
-            band_derived,
-            None,
-        );
+        let kdim = c / group * on_input.k_vol();
+        if super::packed_gemm::band_prefers(isa, m / group, kdim, rh * rw) {
+            // The packed GEMM gathers the band's windows from the input in place.
+            let pack = || super::packed_gemm::pack_conv_weights(isa, taps, m, group, kdim);
+            let mut fresh = None;
+            let packed = kept_or_fresh(band_derived.map(|d| &d.packed), &mut fresh, pack);
+            super::packed_gemm::conv(packed, x, bias, &mut out, n, c, m, group, &on_input, None);
+        } else {
+            // Other kernels take an unpadded input: the rectangle the band reads.
+            let sub = Win3 {
+                input: [
+                    1,
+                    (rh - 1) * g.stride[1] + (th.len() - 1) * g.dil[1] + 1,
+                    (rw - 1) * g.stride[2] + (tw.len() - 1) * g.dil[2] + 1,
+                ],
+                pad: [0; 3],
+                ..on_input
+            };
+            let (r0, c0) = (r0 as usize, c0 as usize);
+            let [_, ch, cw] = sub.input;
+            let mut crop = crate::buffers::take::<f32>(n * c * ch * cw);
+            for (plane, dst) in x.chunks_exact(ih * iw).zip(crop.chunks_exact_mut(ch * cw)) {
+                for (r, dst_row) in dst.chunks_exact_mut(cw).enumerate() {
+                    let src = &plane[(r0 + r) * iw + c0..][..cw];
+                    if cw <= 64 {
+                        copy_short(dst_row, src);
+                    } else {
+                        dst_row.copy_from_slice(src);
+                    }
+                }
+            }
+            conv_f32(
+                isa,
+                &crop,
+                taps,
+                bias,
+                &mut out,
+                dims,
+                &sub,
+                band_derived,
+                None,
+            );
+            crate::buffers::give_vec(crop);
+        }
         for (plane, src) in y.chunks_exact_mut(oh * ow).zip(out.chunks_exact(rh * rw)) {
             for (r, src_row) in src.chunks_exact(rw).enumerate() {
                 let at = (band.rows.start + r) * ow + band.cols.start;
                 plane[at..at + rw].copy_from_slice(src_row);
             }
         }
-        crate::buffers::give_vec(crop);
         crate::buffers::give_vec(out);
     }
 }

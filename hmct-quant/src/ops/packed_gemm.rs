@@ -72,8 +72,16 @@ const AVX512_NR: usize = 32;
 const AVX2_MR: usize = 6;
 const AVX2_NR: usize = 16;
 
-/// `A` packed in tiles of `mr` rows: tile `t` holds rows `t·mr ..` as `k` groups of
-/// `mr` values (rows past the last are zero), for the register tiles of `isa`.
+/// `A` packed in tiles of `mr` rows, one block of `kc` depths at a time: block `b`
+/// holds, tile after tile, rows `t·mr ..` as groups of `mr` values (rows past the
+/// last are zero) for depths `b·kc ..`, for the register tiles of `isa`. [`gemm`]
+/// runs a block's row tiles in turn, so it reads `A` as one stream. Packed tile by
+/// tile over all of `k`, a tile's 6 KiB for one block lay `k·mr` values from the next
+/// tile's, and weights larger than L2 stalled at the start of every tile: DeepLabV3's
+/// ASPP convs (up to 8.8 MiB of weights for 256 rows, bands of 64-144 positions) ran
+/// faster with the next tile prefetched by hand (`run --profile`, dilation 12:
+/// 36.5-45.9 -> 32.7-35.0 ms per run), and as fast again with this layout and no
+/// prefetch (the ASPP's convs 49.5 -> 47.9 ms, least of 3 alternating rounds).
 pub(crate) struct PackedA {
     data: Vec<f32>,
     m: usize,
@@ -95,16 +103,20 @@ impl PackedA {
 
     /// Packs `a` into this buffer (reusing its memory).
     pub(crate) fn repack(&mut self, a: MatRef<f32>, m: usize, k: usize) {
-        let mr = Geometry::of(self.isa).mr;
-        let tiles = m.div_ceil(mr);
+        let Geometry { mr, kc, .. } = Geometry::of(self.isa);
+        let rows = m.div_ceil(mr) * mr;
         self.data.clear();
-        self.data.resize(tiles * mr * k, 0.0);
+        self.data.resize(rows * k, 0.0);
         (self.m, self.k) = (m, k);
-        for (t, tile) in self.data.chunks_exact_mut(mr * k.max(1)).enumerate() {
-            for r in 0..mr.min(m - t * mr) {
-                let row = &a.data[(t * mr + r) * a.rs..];
-                for (kk, d) in tile.iter_mut().skip(r).step_by(mr).enumerate() {
-                    *d = row[kk * a.cs];
+        for k0 in (0..k).step_by(kc) {
+            let depth = kc.min(k - k0);
+            let block = &mut self.data[k0 * rows..][..depth * rows];
+            for (t, tile) in block.chunks_exact_mut(mr * depth).enumerate() {
+                for r in 0..mr.min(m - t * mr) {
+                    let row = &a.data[(t * mr + r) * a.rs + k0 * a.cs..];
+                    for (kk, d) in tile.iter_mut().skip(r).step_by(mr).enumerate() {
+                        *d = row[kk * a.cs];
+                    }
                 }
             }
         }
@@ -186,9 +198,12 @@ impl ASource<'_> {
     fn at(&self, t0: usize, k0: usize) -> (*const f32, usize, usize) {
         match *self {
             ASource::Packed(p) => {
-                let mr = Geometry::of(p.isa).mr;
-                // Tile `t0 / mr` starts at `t0 · k`; its `k0`-th group at `k0 · mr`.
-                (p.data[t0 * p.k + k0 * mr..].as_ptr(), 1, mr)
+                let Geometry { mr, kc, .. } = Geometry::of(p.isa);
+                debug_assert!(k0.is_multiple_of(kc));
+                // The block of depths from `k0` starts at `k0 · rows`; its tile of
+                // rows from `t0`, `t0 · depth` further.
+                let (rows, depth) = (p.m.div_ceil(mr) * mr, kc.min(p.k - k0));
+                (p.data[k0 * rows + t0 * depth..].as_ptr(), 1, mr)
             }
             ASource::Matrix { a, .. } => (a.data[t0 * a.rs + k0 * a.cs..].as_ptr(), a.rs, a.cs),
         }
@@ -400,6 +415,7 @@ mod avx512 {
     /// # Safety
     /// The CPU has AVX-512F; `src[c·s + off]` is readable for c in `[a, e)`, and `out`
     /// has `len <= 32` writable values.
+    #[inline]
     #[target_feature(enable = "avx512f")]
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn copy_columns(
@@ -434,6 +450,42 @@ mod avx512 {
                 _mm512_mask_storeu_ps(out.add(v), keep, x);
             }
         }
+    }
+
+    /// [`super::pack_windows`] with [`copy_columns`].
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn pack_windows(
+        x: &[f32],
+        g: &super::Win3,
+        k0: usize,
+        kc: usize,
+        segs: &[(usize, usize, usize, usize)],
+        ranges: &[(usize, usize, isize)],
+        cols: usize,
+        nr: usize,
+        dst: &mut [f32],
+    ) {
+        let s = g.stride[2];
+        super::pack_windows(
+            x,
+            g,
+            k0,
+            kc,
+            segs,
+            ranges,
+            cols,
+            nr,
+            dst,
+            |out, src, c0, a, e, off| {
+                // SAFETY: AVX-512F (the caller's promise); `inner_range` put the columns
+                // `[a, e)` inside the row, and `out` holds the segment's values.
+                unsafe { copy_columns(src.as_ptr(), c0, out.len(), a, e, s, off, out.as_mut_ptr()) }
+            },
+        );
     }
 
     /// `R` rows × `cols` (≤ 32) columns: starts from the bias (or zero), or from `c`
@@ -593,8 +645,7 @@ pub(crate) struct ConvB<'a> {
 impl PackB for ConvB<'_> {
     fn pack(&self, k0: usize, kc: usize, j0: usize, cols: usize, nr: usize, dst: &mut [f32]) {
         let g = self.g;
-        let (in_vol, k_vol) = (g.in_vol(), g.k_vol());
-        let iw = g.input[2];
+        let in_vol = g.in_vol();
         let [_, _, ow] = g.out;
         let [_, _, kw] = g.kernel;
         if g.pointwise() {
@@ -628,43 +679,86 @@ impl PackB for ConvB<'_> {
         } else {
             &(0..kw).map(|tb| g.inner_range(tb)).collect::<Vec<_>>()[..]
         };
-        for (kk, row) in dst.chunks_exact_mut(nr).take(kc).enumerate() {
-            let kr = k0 + kk;
-            let (ci, tap) = (kr / k_vol, kr % k_vol);
-            let (ta, tb) = (tap / kw, tap % kw);
-            let plane = &self.x[ci * in_vol..][..in_vol];
-            let (lo, hi, off) = ranges[tb];
-            row[cols..].fill(0.0);
-            for &(r, c0, len, d0) in segs {
-                let out = &mut row[d0..d0 + len];
-                let Some(h) = g.src(1, r, ta) else {
-                    out.fill(0.0);
-                    continue;
-                };
-                let src = &plane[h * iw..][..iw];
-                // Output columns [a, e) of the segment read the input.
-                let (a, e) = (lo.clamp(c0, c0 + len), hi.clamp(c0, c0 + len));
-                let s = g.stride[2];
-                #[cfg(target_arch = "x86_64")]
-                if Isa::Avx512.supported() {
-                    // SAFETY: AVX-512 was checked; lanes [a - c0, e - c0) read
-                    // `src[c * s + off]` for columns c in [a, e), inside the row by
-                    // `inner_range`, and the stores cover `out`'s `len` values.
-                    unsafe {
-                        avx512::copy_columns(src.as_ptr(), c0, len, a, e, s, off, out.as_mut_ptr())
-                    };
-                    continue;
-                }
-                if a >= e {
-                    out.fill(0.0);
-                    continue;
-                }
+        let s = g.stride[2];
+        #[cfg(target_arch = "x86_64")]
+        if Isa::Avx512.supported() {
+            // SAFETY: AVX-512 was checked.
+            unsafe { avx512::pack_windows(self.x, g, k0, kc, segs, ranges, cols, nr, dst) };
+            return;
+        }
+        pack_windows(
+            self.x,
+            g,
+            k0,
+            kc,
+            segs,
+            ranges,
+            cols,
+            nr,
+            dst,
+            |out, src, c0, a, e, off| {
                 out[..a - c0].fill(0.0);
                 out[e - c0..].fill(0.0);
                 let first = (a * s) as isize + off;
                 for (i, d) in out[a - c0..e - c0].iter_mut().enumerate() {
                     *d = src[(first + (i * s) as isize) as usize];
                 }
+            },
+        );
+    }
+}
+
+/// Rows `k0 .. k0 + kc` of a 2-D conv's implicit im2col matrix (channel, tap row, tap
+/// column, in that order) for the panel columns `segs` (output row, first column,
+/// count, offset in the panel), into `dst` (rows of `nr`, zero from `cols` on);
+/// `ranges[tb]` is kernel column `tb`'s [`Win3::inner_range`].
+/// `copy(out, src_row, c0, a, e, off)` writes one segment: for column `c` in
+/// `c0 .. c0 + out.len()`, `src_row[c·stride + off]` where `a <= c < e`, else zero.
+/// The tap is followed by counting, not by dividing the row index (the divisions took
+/// a fifth of a band conv's packing).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn pack_windows(
+    x: &[f32],
+    g: &Win3,
+    k0: usize,
+    kc: usize,
+    segs: &[(usize, usize, usize, usize)],
+    ranges: &[(usize, usize, isize)],
+    cols: usize,
+    nr: usize,
+    dst: &mut [f32],
+    mut copy: impl FnMut(&mut [f32], &[f32], usize, usize, usize, isize),
+) {
+    let in_vol = g.in_vol();
+    let [_, kh, kw] = g.kernel;
+    let iw = g.input[2];
+    let k_vol = kh * kw;
+    let (mut ci, mut ta, mut tb) = (k0 / k_vol, k0 % k_vol / kw, k0 % kw);
+    for row in dst.chunks_exact_mut(nr).take(kc) {
+        let plane = &x[ci * in_vol..][..in_vol];
+        let (lo, hi, off) = ranges[tb];
+        row[cols..].fill(0.0);
+        for &(r, c0, len, d0) in segs {
+            let out = &mut row[d0..d0 + len];
+            match g.src(1, r, ta) {
+                None => out.fill(0.0),
+                // Output columns [a, e) of the segment read the input.
+                Some(h) => copy(
+                    out,
+                    &plane[h * iw..][..iw],
+                    c0,
+                    lo.clamp(c0, c0 + len),
+                    hi.clamp(c0, c0 + len),
+                    off,
+                ),
+            }
+        }
+        tb += 1;
+        if tb == kw {
+            (tb, ta) = (0, ta + 1);
+            if ta == kh {
+                (ta, ci) = (0, ci + 1);
             }
         }
     }
@@ -711,6 +805,18 @@ pub(crate) fn l1_lines_across_planes(plane: usize) -> usize {
     }
     let sets = 64 >> (bytes / 64).trailing_zeros().min(6);
     8 * sets
+}
+
+/// Whether a band of a padding-heavy conv (see [`super::conv`]'s `padding_bands`)
+/// of `positions` outputs runs here, its windows gathered in place: with at least two
+/// row tiles of output channels per group and a panel of positions. DeepLabV3's ASPP
+/// convs (960->256, 3x3, dilations 12 and 24 on a 32x32 map), ms per run inside the
+/// model (`run --profile`, 3 alternating rounds, Xeon without AMX), on copies of each
+/// band's rectangle on the channel-lanes kernel -> here: 37.2-47.7 -> 26.9-30.9 and
+/// 22.5-27.0 -> 12.6-14.4 (onnxruntime 24.2-25.6 and 12.5-13.7).
+pub(crate) fn band_prefers(isa: Isa, mg: usize, kdim: usize, positions: usize) -> bool {
+    let Geometry { mr, nr, .. } = Geometry::of(isa);
+    mg >= 2 * mr && kdim >= 16 && positions >= nr
 }
 
 /// Conv weights `[m, cg, taps...]` packed per group for the tiles of `isa`.
