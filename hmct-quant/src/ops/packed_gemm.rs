@@ -871,12 +871,21 @@ pub(crate) fn conv(
     assert!(w.len() == group && w.iter().all(|p| p.rows() == mg && p.depth() == kdim));
     assert!(w.iter().all(|p| p.isa.supported()));
     assert!(x.len() >= n * c * in_vol && y.len() >= n * m * out_vol);
-    let Geometry { mr, nc, .. } = Geometry::of(w[0].isa);
-    let blocks = out_vol.div_ceil(nc);
+    let Geometry { mr, nr, nc, .. } = Geometry::of(w[0].isa);
     // Chunks of output channels give threads work on small planes, but each chunk packs
-    // the input again: on one thread, none (the sums are the same either way).
+    // the input again: on one thread, none (the sums are the same either way). Where
+    // packing gathers windows it costs too much to repeat (DeepLabV3's ASPP bands, six
+    // chunks: no faster at two threads than at one), so the positions are split
+    // instead, a run of whole panels per thread, each packed by its task alone.
     let threads = crate::par::threads();
-    let m_chunk = if threads > 1 && n * group * blocks < 4 && mg > M_CHUNK_TILES * mr {
+    let few = threads > 1 && n * group * out_vol.div_ceil(nc) < 4;
+    let nc = if few && !g.pointwise() {
+        nr * out_vol.div_ceil(nr).div_ceil(threads)
+    } else {
+        nc
+    };
+    let blocks = out_vol.div_ceil(nc);
+    let m_chunk = if few && g.pointwise() && mg > M_CHUNK_TILES * mr {
         M_CHUNK_TILES * mr
     } else {
         mg
