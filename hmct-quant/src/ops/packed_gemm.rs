@@ -452,40 +452,18 @@ mod avx512 {
         }
     }
 
-    /// [`super::pack_windows`] with [`copy_columns`].
+    /// [`super::Windows::pack`] with [`copy_columns`].
     ///
     /// # Safety
     /// The CPU has AVX-512F.
     #[target_feature(enable = "avx512f")]
-    #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn pack_windows(
-        x: &[f32],
-        g: &super::Win3,
-        k0: usize,
-        kc: usize,
-        segs: &[(usize, usize, usize, usize)],
-        ranges: &[(usize, usize, isize)],
-        cols: usize,
-        nr: usize,
-        dst: &mut [f32],
-    ) {
-        let s = g.stride[2];
-        super::pack_windows(
-            x,
-            g,
-            k0,
-            kc,
-            segs,
-            ranges,
-            cols,
-            nr,
-            dst,
-            |out, src, c0, a, e, off| {
-                // SAFETY: AVX-512F (the caller's promise); `inner_range` put the columns
-                // `[a, e)` inside the row, and `out` holds the segment's values.
-                unsafe { copy_columns(src.as_ptr(), c0, out.len(), a, e, s, off, out.as_mut_ptr()) }
-            },
-        );
+    pub(super) unsafe fn pack_windows(w: &super::Windows, k0: usize, kc: usize, dst: &mut [f32]) {
+        let s = w.g.stride[2];
+        w.pack(k0, kc, dst, |out, src, c0, a, e, off| {
+            // SAFETY: AVX-512F (the caller's promise); `inner_range` put the columns
+            // `[a, e)` inside the row, and `out` holds the segment's values.
+            unsafe { copy_columns(src.as_ptr(), c0, out.len(), a, e, s, off, out.as_mut_ptr()) }
+        });
     }
 
     /// `R` rows × `cols` (≤ 32) columns: starts from the bias (or zero), or from `c`
@@ -679,86 +657,96 @@ impl PackB for ConvB<'_> {
         } else {
             &(0..kw).map(|tb| g.inner_range(tb)).collect::<Vec<_>>()[..]
         };
-        let s = g.stride[2];
-        #[cfg(target_arch = "x86_64")]
-        if Isa::Avx512.supported() {
-            // SAFETY: AVX-512 was checked.
-            unsafe { avx512::pack_windows(self.x, g, k0, kc, segs, ranges, cols, nr, dst) };
-            return;
-        }
-        pack_windows(
-            self.x,
+        let windows = Windows {
+            x: self.x,
             g,
-            k0,
-            kc,
             segs,
             ranges,
             cols,
             nr,
-            dst,
-            |out, src, c0, a, e, off| {
-                out[..a - c0].fill(0.0);
-                out[e - c0..].fill(0.0);
-                let first = (a * s) as isize + off;
-                for (i, d) in out[a - c0..e - c0].iter_mut().enumerate() {
-                    *d = src[(first + (i * s) as isize) as usize];
-                }
-            },
-        );
+        };
+        #[cfg(target_arch = "x86_64")]
+        if Isa::Avx512.supported() {
+            // SAFETY: AVX-512 was checked.
+            unsafe { avx512::pack_windows(&windows, k0, kc, dst) };
+            return;
+        }
+        let s = g.stride[2];
+        windows.pack(k0, kc, dst, |out, src, c0, a, e, off| {
+            out[..a - c0].fill(0.0);
+            out[e - c0..].fill(0.0);
+            let first = (a * s) as isize + off;
+            for (i, d) in out[a - c0..e - c0].iter_mut().enumerate() {
+                *d = src[(first + (i * s) as isize) as usize];
+            }
+        });
     }
 }
 
-/// Rows `k0 .. k0 + kc` of a 2-D conv's implicit im2col matrix (channel, tap row, tap
-/// column, in that order) for the panel columns `segs` (output row, first column,
-/// count, offset in the panel), into `dst` (rows of `nr`, zero from `cols` on);
-/// `ranges[tb]` is kernel column `tb`'s [`Win3::inner_range`].
-/// `copy(out, src_row, c0, a, e, off)` writes one segment: for column `c` in
-/// `c0 .. c0 + out.len()`, `src_row[c·stride + off]` where `a <= c < e`, else zero.
-/// The tap is followed by counting, not by dividing the row index (the divisions took
-/// a fifth of a band conv's packing).
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn pack_windows(
-    x: &[f32],
-    g: &Win3,
-    k0: usize,
-    kc: usize,
-    segs: &[(usize, usize, usize, usize)],
-    ranges: &[(usize, usize, isize)],
+/// A panel of a 2-D conv's implicit im2col matrix (rows: channel, tap row, tap
+/// column, in that order): the group's input `x`, the panel's columns `segs` (output
+/// row, first column, count, offset in the panel), `cols` of them in rows of `nr`, and
+/// `ranges[tb]`, kernel column `tb`'s [`Win3::inner_range`].
+struct Windows<'a> {
+    x: &'a [f32],
+    g: &'a Win3,
+    segs: &'a [(usize, usize, usize, usize)],
+    ranges: &'a [(usize, usize, isize)],
     cols: usize,
     nr: usize,
-    dst: &mut [f32],
-    mut copy: impl FnMut(&mut [f32], &[f32], usize, usize, usize, isize),
-) {
-    let in_vol = g.in_vol();
-    let [_, kh, kw] = g.kernel;
-    let iw = g.input[2];
-    let k_vol = kh * kw;
-    let (mut ci, mut ta, mut tb) = (k0 / k_vol, k0 % k_vol / kw, k0 % kw);
-    for row in dst.chunks_exact_mut(nr).take(kc) {
-        let plane = &x[ci * in_vol..][..in_vol];
-        let (lo, hi, off) = ranges[tb];
-        row[cols..].fill(0.0);
-        for &(r, c0, len, d0) in segs {
-            let out = &mut row[d0..d0 + len];
-            match g.src(1, r, ta) {
-                None => out.fill(0.0),
-                // Output columns [a, e) of the segment read the input.
-                Some(h) => copy(
-                    out,
-                    &plane[h * iw..][..iw],
-                    c0,
-                    lo.clamp(c0, c0 + len),
-                    hi.clamp(c0, c0 + len),
-                    off,
-                ),
+}
+
+impl Windows<'_> {
+    /// Rows `k0 .. k0 + kc` into `dst` (zero from `cols` on). `copy(out, src_row, c0,
+    /// a, e, off)` writes one segment: for column `c` in `c0 .. c0 + out.len()`,
+    /// `src_row[c·stride + off]` where `a <= c < e`, else zero. The tap is followed
+    /// by counting, not by dividing each row index.
+    #[inline(always)]
+    fn pack(
+        &self,
+        k0: usize,
+        kc: usize,
+        dst: &mut [f32],
+        mut copy: impl FnMut(&mut [f32], &[f32], usize, usize, usize, isize),
+    ) {
+        let Windows {
+            x,
+            g,
+            segs,
+            ranges,
+            cols,
+            nr,
+        } = *self;
+        let in_vol = g.in_vol();
+        let [_, kh, kw] = g.kernel;
+        let iw = g.input[2];
+        let k_vol = kh * kw;
+        let (mut ci, mut ta, mut tb) = (k0 / k_vol, k0 % k_vol / kw, k0 % kw);
+        for row in dst.chunks_exact_mut(nr).take(kc) {
+            let plane = &x[ci * in_vol..][..in_vol];
+            let (lo, hi, off) = ranges[tb];
+            row[cols..].fill(0.0);
+            for &(r, c0, len, d0) in segs {
+                let out = &mut row[d0..d0 + len];
+                match g.src(1, r, ta) {
+                    None => out.fill(0.0),
+                    // Output columns [a, e) of the segment read the input.
+                    Some(h) => copy(
+                        out,
+                        &plane[h * iw..][..iw],
+                        c0,
+                        lo.clamp(c0, c0 + len),
+                        hi.clamp(c0, c0 + len),
+                        off,
+                    ),
+                }
             }
-        }
-        tb += 1;
-        if tb == kw {
-            (tb, ta) = (0, ta + 1);
-            if ta == kh {
-                (ta, ci) = (0, ci + 1);
+            tb += 1;
+            if tb == kw {
+                (tb, ta) = (0, ta + 1);
+                if ta == kh {
+                    (ta, ci) = (0, ci + 1);
+                }
             }
         }
     }
@@ -879,12 +867,12 @@ pub(crate) fn conv(
     // instead, a run of whole panels per thread, each packed by its task alone.
     let threads = crate::par::threads();
     let few = threads > 1 && n * group * out_vol.div_ceil(nc) < 4;
-    let nc = if few && !g.pointwise() {
+    let task_cols = if few && !g.pointwise() {
         nr * out_vol.div_ceil(nr).div_ceil(threads)
     } else {
         nc
     };
-    let blocks = out_vol.div_ceil(nc);
+    let blocks = out_vol.div_ceil(task_cols);
     let m_chunk = if few && g.pointwise() && mg > M_CHUNK_TILES * mr {
         M_CHUNK_TILES * mr
     } else {
@@ -900,7 +888,7 @@ pub(crate) fn conv(
         let (b, gi) = (bg / group, bg % group);
         let xg = &x[(b * c + gi * cg) * in_vol..][..cg * in_vol];
         let rows = mt * m_chunk..(mt * m_chunk + m_chunk).min(mg);
-        let cols = blk * nc..(blk * nc + nc).min(out_vol);
+        let cols = blk * task_cols..(blk * task_cols + task_cols).min(out_vol);
         let start = match bias {
             Some(bias) => Start::Bias(&bias[gi * mg..][..mg]),
             None => Start::Zero,
