@@ -7,7 +7,8 @@
 # MODEL names a directory of target/zoo (`cargo xtask zoo`). Each round runs
 # `run target/zoo/MODEL/model.onnx target/zoo/MODEL/calibration_data --float --threads 1
 # --repeat 5` with A, then B; set CALIBRATED=1 to run calibrated_model.onnx as written,
-# CALIBRATED=off to run it with every calibration node OFF (a sensitivity probe's base).
+# CALIBRATED=off to run it with every calibration node OFF (a sensitivity probe's base);
+# THREADS=2 runs at two threads.
 set -eu
 rounds=$1; a=$2; b=$3; shift 3
 zoo=$(dirname "$0")/../target/zoo
@@ -17,7 +18,7 @@ case "${CALIBRATED:-0}" in
     *) file=model.onnx; mode=--float ;;
 esac
 median_ms() {
-    "$1" run "$zoo/$2/$file" "$zoo/$2/calibration_data" $mode --threads 1 --repeat 5 2>&1 |
+    "$1" run "$zoo/$2/$file" "$zoo/$2/calibration_data" $mode --threads "${THREADS:-1}" --repeat 5 2>&1 |
         awk '/median time per run/ {print $5}'
 }
 for m in "$@"; do

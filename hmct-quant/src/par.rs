@@ -35,6 +35,29 @@ pub(crate) fn threads() -> usize {
     }
 }
 
+/// Units per chunk when `units` (panels of positions, row tiles, rows of Winograd
+/// tiles) are split into chunks of at most `most`, as equal as whole units allow, for
+/// `others` tasks per chunk (images, groups, blocks of columns). With more than one
+/// thread, where the fewest chunks leave one thread more than 5% over an even share
+/// of the tasks, the fewest chunks that give every thread as many tasks: a matrix
+/// product of 17 row tiles ran as chunks of 16 and 1, and a 3x3 conv whose 7 rows of
+/// tiles fit one chunk as one task, each about as long on two threads as on one.
+/// Only for work whose results do not depend on the split.
+pub(crate) fn even_chunk(units: usize, most: usize, others: usize) -> usize {
+    let threads = threads();
+    let fewest = units.div_ceil(most.max(1)).max(1);
+    let tasks = |chunks: usize| others * units.div_ceil(units.div_ceil(chunks));
+    let longest_share = |tasks: usize| tasks.div_ceil(threads) * threads;
+    let chunks = if threads > 1 && longest_share(tasks(fewest)) * 20 > tasks(fewest) * 21 {
+        (fewest..=units)
+            .find(|&c| tasks(c).is_multiple_of(threads))
+            .unwrap_or(fewest)
+    } else {
+        fewest
+    };
+    units.div_ceil(chunks).max(1)
+}
+
 /// Runs `f` on this thread with parallel sites switched off, and switches them back
 /// to what they were afterwards (also when `f` panics).
 pub(crate) fn sequential<R>(f: impl FnOnce() -> R) -> R {

@@ -229,7 +229,7 @@ pub(crate) fn conv(
     // rounds: 1.37-1.69 -> 1.18-1.28 ms; `tools/ab_classes.sh` on ResNet-50, its six
     // 3x3 convs at 14x14 9.06 -> 8.19 ms per run.
     let most_rows = per_chunk.div_ceil(tw + 1).clamp(1, th);
-    let chunk_rows = th.div_ceil(th.div_ceil(most_rows));
+    let chunk_rows = crate::par::even_chunk(th, most_rows, n);
     let chunks = th.div_ceil(chunk_rows);
     assert!(x.len() >= n * c * g.in_vol() && y.len() >= n * m * g.out_vol());
     let yp = SendPtr(y.as_mut_ptr());
@@ -735,6 +735,51 @@ mod tests {
                 }
             }
             eprintln!("{variant:?}: largest error {worst:.2e} of the magnitude");
+        }
+    }
+
+    /// The same bits at 1, 2 and 3 threads: 7 rows of F(4x4) tiles that fit one chunk
+    /// (split for more threads), and two images.
+    #[test]
+    fn thread_count_independent() {
+        if crate::cpu::conv_isa().is_none() {
+            return;
+        }
+        let values = super::super::conv_direct::tests::values;
+        let g = |side: usize| Win3 {
+            input: [1, side, side],
+            out: [1, side, side],
+            kernel: [1, 3, 3],
+            stride: [1; 3],
+            dil: [1; 3],
+            pad: [0, 1, 1],
+        };
+        for (n, c, m, g) in [(1, 128, 128, g(28)), (2, 64, 80, g(20))] {
+            for variant in [Variant::F2, Variant::F4] {
+                let x = values(n * c * g.in_vol(), 1);
+                let w = values(m * c * 9, 2);
+                let bias = values(m, 3);
+                let packed = pack_weights(&w, m, c, variant);
+                let on = |threads: usize| {
+                    let pool = rayon::ThreadPoolBuilder::new()
+                        .num_threads(threads)
+                        .build()
+                        .unwrap();
+                    let mut y = vec![f32::NAN; n * m * g.out_vol()];
+                    pool.install(|| conv(&packed, &x, Some(&bias), &mut y, n, c, m, &g, None));
+                    y
+                };
+                let one = on(1);
+                for threads in [2, 3] {
+                    let got = on(threads);
+                    assert!(
+                        one.iter()
+                            .zip(&got)
+                            .all(|(p, q)| p.to_bits() == q.to_bits()),
+                        "{variant:?}, {n}x{c}->{m}, {threads} threads"
+                    );
+                }
+            }
         }
     }
 }

@@ -860,20 +860,25 @@ pub(crate) fn conv(
     assert!(w.iter().all(|p| p.isa.supported()));
     assert!(x.len() >= n * c * in_vol && y.len() >= n * m * out_vol);
     let Geometry { mr, nr, nc, .. } = Geometry::of(w[0].isa);
-    // Chunks of output channels give threads work on small planes, but each chunk packs
-    // the input again: on one thread, none (the sums are the same either way). Where
-    // packing gathers windows it costs too much to repeat (DeepLabV3's ASPP bands, six
-    // chunks: no faster at two threads than at one), so the positions are split
-    // instead, a run of whole panels per thread, each packed by its task alone.
+    // On more than one thread, the positions are split into runs of whole panels, as
+    // evenly between threads as whole panels allow, each packed by its task alone. A
+    // pointwise conv with too few panels for that splits its output channels instead,
+    // each chunk packing the input again. That repeat cost too much where it was the
+    // rule for pointwise convs of up to three blocks of `nc` positions (DenseNet-121's
+    // 512->256 at 28x28 packed its 1.5 MiB of input six times: 1.06x as fast on two
+    // threads as on one), and where packing gathers windows (DeepLabV3's ASPP bands,
+    // six chunks: no faster at two threads than at one). On one thread, blocks of
+    // `nc` (the sums are the same either way).
     let threads = crate::par::threads();
-    let few = threads > 1 && n * group * out_vol.div_ceil(nc) < 4;
-    let task_cols = if few && !g.pointwise() {
-        nr * out_vol.div_ceil(nr).div_ceil(threads)
+    let panels = out_vol.div_ceil(nr);
+    let by_channels = threads > 1 && g.pointwise() && panels < 2 * threads;
+    let task_cols = if threads > 1 && !by_channels {
+        nr * crate::par::even_chunk(panels, nc / nr, n * group)
     } else {
         nc
     };
     let blocks = out_vol.div_ceil(task_cols);
-    let m_chunk = if few && g.pointwise() && mg > M_CHUNK_TILES * mr {
+    let m_chunk = if by_channels && mg > M_CHUNK_TILES * mr {
         M_CHUNK_TILES * mr
     } else {
         mg
@@ -948,8 +953,8 @@ pub(crate) fn matmul(a: MatRef<f32>, m: usize, b: &PackedB, start: Start, y: &mu
         unsafe { gemm(a, 0..m, 0..n, start, BSource::Packed(b), y.as_mut_ptr(), n) };
         return;
     }
-    let chunk = MATMUL_ROW_TILES * mr;
     let col_tasks = n.div_ceil(nc);
+    let chunk = crate::par::even_chunk(m.div_ceil(mr), MATMUL_ROW_TILES, col_tasks) * mr;
     let yp = super::gemm_util::SendPtr(y.as_mut_ptr());
     let task = |t: usize| {
         let (rt, ct) = (t / col_tasks, t % col_tasks);
@@ -1160,34 +1165,48 @@ mod tests {
         }
     }
 
+    /// The same bits at 1, 2 and 3 threads, however the tasks split: positions of a
+    /// 3x3 conv (3 panels), of pointwise convs of 25 panels (28x28) and of 98 (56x56,
+    /// two images), and output channels of a pointwise conv of one panel.
     #[test]
     fn thread_count_independent() {
-        let sh = Shape {
-            n: 1,
-            c: 64,
-            m: 120,
+        let shape = |n: usize, c: usize, m: usize, hw: usize, k: usize| Shape {
+            n,
+            c,
+            m,
             group: 1,
-            hw: [9, 9],
-            k: [3, 3],
+            hw: [hw, hw],
+            k: [k, k],
             s: [1, 1],
             d: [1, 1],
-            p: [1, 1],
+            p: [k / 2, k / 2],
         };
+        let shapes = [
+            shape(1, 64, 120, 9, 3),
+            shape(1, 48, 100, 28, 1),
+            shape(2, 32, 64, 56, 1),
+            shape(1, 640, 130, 4, 1),
+        ];
         for isa in isas() {
-            let on = |threads: usize| {
-                let pool = rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .build()
-                    .unwrap();
-                pool.install(|| run(&sh, Path::Packed(isa), true))
-            };
-            let (one, three) = (on(1), on(3));
-            assert!(
-                one.iter()
-                    .zip(&three)
-                    .all(|(p, q)| p.to_bits() == q.to_bits()),
-                "{isa:?}"
-            );
+            for (i, sh) in shapes.iter().enumerate() {
+                let on = |threads: usize| {
+                    let pool = rayon::ThreadPoolBuilder::new()
+                        .num_threads(threads)
+                        .build()
+                        .unwrap();
+                    pool.install(|| run(sh, Path::Packed(isa), true))
+                };
+                let one = on(1);
+                for threads in [2, 3] {
+                    let got = on(threads);
+                    assert!(
+                        one.iter()
+                            .zip(&got)
+                            .all(|(p, q)| p.to_bits() == q.to_bits()),
+                        "{isa:?}, shape {i}, {threads} threads"
+                    );
+                }
+            }
         }
     }
 
