@@ -865,8 +865,9 @@ pub(crate) fn conv(
     // pointwise conv with too few panels for that splits its output channels instead,
     // each chunk packing the input again. That repeat cost too much where it was the
     // rule for pointwise convs of up to three blocks of `nc` positions (DenseNet-121's
-    // 512->256 at 28x28 packed its 1.5 MiB of input six times: 1.06x as fast on two
-    // threads as on one), and where packing gathers windows (DeepLabV3's ASPP bands,
+    // 512->256 at 28x28 packed its 1.5 MiB of input six times: 1.03-1.17 ms per run
+    // at two threads against 1.47 at one; by positions 0.92-1.12, `run --profile`, 3
+    // alternating rounds), and where packing gathers windows (DeepLabV3's ASPP bands,
     // six chunks: no faster at two threads than at one). On one thread, blocks of
     // `nc` (the sums are the same either way).
     let threads = crate::par::threads();
