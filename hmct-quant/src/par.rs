@@ -58,6 +58,23 @@ pub(crate) fn even_chunk(units: usize, most: usize, others: usize) -> usize {
     units.div_ceil(chunks).max(1)
 }
 
+/// Runs `f` in a new pool of `threads` threads: for tests that a kernel gives the
+/// same bits at any thread count.
+#[cfg(test)]
+pub(crate) fn in_pool<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> R {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .expect("a thread pool")
+        .install(f)
+}
+
+/// Whether `a` and `b` hold the same values bit for bit.
+#[cfg(test)]
+pub(crate) fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(p, q)| p.to_bits() == q.to_bits())
+}
+
 /// Runs `f` on this thread with parallel sites switched off, and switches them back
 /// to what they were afterwards (also when `f` panics).
 pub(crate) fn sequential<R>(f: impl FnOnce() -> R) -> R {

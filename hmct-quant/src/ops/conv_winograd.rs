@@ -760,22 +760,17 @@ mod tests {
                 let w = values(m * c * 9, 2);
                 let bias = values(m, 3);
                 let packed = pack_weights(&w, m, c, variant);
-                let on = |threads: usize| {
-                    let pool = rayon::ThreadPoolBuilder::new()
-                        .num_threads(threads)
-                        .build()
-                        .unwrap();
+                let on = |threads| {
                     let mut y = vec![f32::NAN; n * m * g.out_vol()];
-                    pool.install(|| conv(&packed, &x, Some(&bias), &mut y, n, c, m, &g, None));
+                    in_pool(threads, || {
+                        conv(&packed, &x, Some(&bias), &mut y, n, c, m, &g, None)
+                    });
                     y
                 };
                 let one = on(1);
                 for threads in [2, 3] {
-                    let got = on(threads);
                     assert!(
-                        one.iter()
-                            .zip(&got)
-                            .all(|(p, q)| p.to_bits() == q.to_bits()),
+                        same_bits(&one, &on(threads)),
                         "{variant:?}, {n}x{c}->{m}, {threads} threads"
                     );
                 }

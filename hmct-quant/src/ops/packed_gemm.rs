@@ -980,6 +980,7 @@ mod tests {
     use crate::cpu::Isa;
     use crate::ops::conv_direct;
     use crate::ops::conv_direct::tests::values;
+    use crate::par::{in_pool, same_bits};
 
     /// A 2-D conv geometry: batch, input and output channels, groups, input rows and
     /// columns, kernel, stride, dilation, pads (top, left; bottom and right alike).
@@ -1190,20 +1191,11 @@ mod tests {
         ];
         for isa in isas() {
             for (i, sh) in shapes.iter().enumerate() {
-                let on = |threads: usize| {
-                    let pool = rayon::ThreadPoolBuilder::new()
-                        .num_threads(threads)
-                        .build()
-                        .unwrap();
-                    pool.install(|| run(sh, Path::Packed(isa), true))
-                };
+                let on = |threads| in_pool(threads, || run(sh, Path::Packed(isa), true));
                 let one = on(1);
                 for threads in [2, 3] {
-                    let got = on(threads);
                     assert!(
-                        one.iter()
-                            .zip(&got)
-                            .all(|(p, q)| p.to_bits() == q.to_bits()),
+                        same_bits(&one, &on(threads)),
                         "{isa:?}, shape {i}, {threads} threads"
                     );
                 }
