@@ -666,6 +666,7 @@ fn interleave4(lines: [&[f32]; 4], dst: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::par::{in_pool, same_bits};
 
     /// Within rounding of the direct conv's sums, on odd and even planes, uneven and
     /// wide pads, several chunks of tile rows, a batch, with and without a bias: each
