@@ -8,7 +8,7 @@
 //! (default 20), so other processes on the core do not inflate them. With `--cold`,
 //! 64 MiB are written between runs, so weights and inputs come from memory, as they
 //! do inside a model whose other nodes ran in between. With `--threads N` (N > 1) each
-//! kernel runs in a pool of N threads and times are wall-clock (the least of N runs),
+//! kernel runs in a pool of N threads and times are wall-clock (the least of the runs),
 //! against N times the one-core peak: how a kernel splits its work, not how one core
 //! runs it.
 
@@ -70,8 +70,9 @@ fn main() {
     let mut evict = vec![0u8; if cold { 64 << 20 } else { 0 }];
     let mut time = |case: &Case| {
         if let Some(pool) = &pool {
-            // One call per run inside the pool, its workers kept busy-waiting by the
-            // runs back to back.
+            // Wall-clock, not the calling thread's CPU time: the kernel's tasks run on
+            // the pool's threads. Workers may sleep between runs (with `--cold`,
+            // surely), so a run can include waking them.
             return pool.install(|| {
                 std::hint::black_box(case.run(false));
                 (0..runs)
