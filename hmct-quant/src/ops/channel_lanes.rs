@@ -459,125 +459,101 @@ pub(crate) fn conv(
             tiles.push((next, count));
             next += count;
         }
-        for (j, &(first, count)) in tiles.iter().enumerate() {
-            let (row, col) = (first / lines.kept, first % lines.kept);
-            written = Some((written.map_or(first, |w| w.0), first + count));
-            let q0 = (row - row0) * lines.width + col;
-            let ahead = (first == avx512_outputs.start).then(|| wg.as_ptr().wrapping_add(16 * CR));
-            let spread = next_weights.map(|w| avx512::Spread {
-                at: w.wrapping_add(j * CR),
-                every: tiles.len(),
-            });
-            // SAFETY: AVX-512 was checked by `fits`/`fits_spatial`; the tile reads
-            // `xg` at each row's offset plus the positions of outputs below
-            // `positions.end` (inside the input, or the band filled for this task,
-            // whose rows cover those the task's output rows read, by construction of
-            // `lines`; the band's positions times the stride),
-            // writes outputs `first .. first + count` of channels `gi·mg + m0 ..`
-            // (`chans` of them) of image `b`, which no other task writes, inside `y`
-            // (checked above); `wg` holds the block's `kdim` rows of `CR`.
-            #[cfg(target_arch = "x86_64")]
-            unsafe {
-                let to = avx512::Store {
-                    y: yp.0.add((b * m + gi * mg + m0) * plane),
-                    plane,
-                    chans,
-                    first,
-                    blocked: layouts.output,
-                };
-                let rows = &lines.rows;
-                // Consecutive outputs read values `XS` apart: 16 in a blocked input, the
-                // stride in a band.
-                // On one thread a pointwise conv's input is in L2 (the node before
-                // wrote it), and the prefetches cost a whole run 1-3% (MobileNetV2/V3,
-                // EfficientNet-B0, RegNet-Y, SSDlite, 5 alternating rounds).
-                let prefetch_inputs = pointwise && crate::par::threads() > 1;
-                let xs_step = match (layouts.input, &band) {
-                    (true, _) => 16,
-                    (false, Some(_)) => g.stride[2],
-                    (false, None) => 1,
-                };
-                match (chans <= 16, xs_step) {
-                    (true, 1) => avx512::tile::<1, { 2 * PR }, 1>(
-                        xg,
-                        rows,
-                        q0,
-                        count,
-                        wg,
-                        &start,
-                        to,
-                        ahead,
-                        spread,
-                        prefetch_inputs,
-                    ),
-                    (false, 1) => avx512::tile::<2, PR, 1>(
-                        xg,
-                        rows,
-                        q0,
-                        count,
-                        wg,
-                        &start,
-                        to,
-                        ahead,
-                        spread,
-                        prefetch_inputs,
-                    ),
-                    (true, 2) => avx512::tile::<1, { 2 * PR }, 2>(
-                        xg,
-                        rows,
-                        q0,
-                        count,
-                        wg,
-                        &start,
-                        to,
-                        ahead,
-                        spread,
-                        prefetch_inputs,
-                    ),
-                    (false, 2) => avx512::tile::<2, PR, 2>(
-                        xg,
-                        rows,
-                        q0,
-                        count,
-                        wg,
-                        &start,
-                        to,
-                        ahead,
-                        spread,
-                        prefetch_inputs,
-                    ),
-                    (true, _) => avx512::tile::<1, { 2 * PR }, 16>(
-                        xg,
-                        rows,
-                        q0,
-                        count,
-                        wg,
-                        &start,
-                        to,
-                        ahead,
-                        spread,
-                        prefetch_inputs,
-                    ),
-                    (false, _) => avx512::tile::<2, PR, 16>(
-                        xg,
-                        rows,
-                        q0,
-                        count,
-                        wg,
-                        &start,
-                        to,
-                        ahead,
-                        spread,
-                        prefetch_inputs,
-                    ),
+        if let (Some(&(first, _)), Some(&(last, count))) = (tiles.first(), tiles.last()) {
+            written = Some((written.map_or(first, |w| w.0), last + count));
+        }
+        // Consecutive outputs read values `XS` apart: 16 in a blocked input, the
+        // stride in a band.
+        let xs_step = match (layouts.input, &band) {
+            (true, _) => 16,
+            (false, Some(_)) => g.stride[2],
+            (false, None) => 1,
+        };
+        // On one thread a pointwise conv's input is in L2 (the node before wrote it),
+        // and the prefetches cost a whole run 1-3% (MobileNetV2/V3, EfficientNet-B0,
+        // RegNet-Y, SSDlite, 5 alternating rounds).
+        let prefetch_inputs = pointwise && crate::par::threads() > 1;
+        let k_block = match pointwise {
+            true => avx512::K_BLOCK,
+            false => kdim,
+        };
+        let k_blocks = kdim.div_ceil(k_block.max(1));
+        let kept = match k_blocks {
+            1 => 0,
+            _ => tiles.len() * avx512::SUMS,
+        };
+        use super::gemm_util::Scalar;
+        f32::with_scratch(kept, |sums| {
+            for kb in 0..k_blocks {
+                let k = kb * k_block..((kb + 1) * k_block).min(kdim);
+                for (j, &(first, count)) in tiles.iter().enumerate() {
+                    let (row, col) = (first / lines.kept, first % lines.kept);
+                    let q0 = (row - row0) * lines.width + col;
+                    let from = match kb {
+                        0 => avx512::From::Start(&start),
+                        _ => avx512::From::Sums(sums[j * avx512::SUMS..].as_ptr()),
+                    };
+                    let dest = match kb + 1 == k_blocks {
+                        true => avx512::Dest::Out(avx512::Store {
+                            // SAFETY: inside `y` (checked above).
+                            y: unsafe { yp.0.add((b * m + gi * mg + m0) * plane) },
+                            plane,
+                            chans,
+                            first,
+                            blocked: layouts.output,
+                        }),
+                        false => avx512::Dest::Sums(sums[j * avx512::SUMS..].as_mut_ptr()),
+                    };
+                    let ahead = (j == 0).then(|| wg.as_ptr().wrapping_add((k.start + 16) * CR));
+                    let spread = next_weights.map(|w| avx512::Spread {
+                        at: w.wrapping_add((k.start + j) * CR),
+                        every: tiles.len(),
+                    });
+                    let (rows, wk) = (&lines.rows[k.clone()], &wg[k.start * CR..]);
+                    macro_rules! tile {
+                        ($v:literal, $p:expr, $xs:literal) => {
+                            avx512::tile::<$v, { $p }, $xs>(
+                                xg,
+                                rows,
+                                q0,
+                                count,
+                                wk,
+                                from,
+                                dest,
+                                ahead,
+                                spread,
+                                prefetch_inputs,
+                            )
+                        };
+                    }
+                    // SAFETY: AVX-512 was checked by `fits`/`fits_spatial`; the tile
+                    // reads `xg` at each row's offset plus the positions of outputs
+                    // below `positions.end` (inside the input, or the band filled for
+                    // this task, whose rows cover those the task's output rows read, by
+                    // construction of `lines`; the band's positions times the stride),
+                    // and writes outputs `first .. first + count` of channels
+                    // `gi·mg + m0 ..` (`chans` of them) of image `b`, which no other
+                    // task writes, inside `y` (checked above), or its sums in `sums`;
+                    // `wg` holds the block's `kdim` rows of `CR`.
+                    #[cfg(target_arch = "x86_64")]
+                    unsafe {
+                        match (chans <= 16, xs_step) {
+                            (true, 1) => tile!(1, 2 * PR, 1),
+                            (false, 1) => tile!(2, PR, 1),
+                            (true, 2) => tile!(1, 2 * PR, 2),
+                            (false, 2) => tile!(2, PR, 2),
+                            (true, _) => tile!(1, 2 * PR, 16),
+                            (false, _) => tile!(2, PR, 16),
+                        }
+                    }
+                    #[cfg(not(target_arch = "x86_64"))]
+                    {
+                        let _ = (from, dest, ahead, spread, rows, wk, xs_step);
+                        unreachable!("`fits` holds only with AVX-512 or AVX2");
+                    }
                 }
             }
-            #[cfg(not(target_arch = "x86_64"))]
-            {
-                let _ = (xg, wg, start, yp, first, q0);
-                unreachable!("`fits` holds only with AVX-512 or AVX2");
-            }
-        }
+        });
         if let Some(call) = call {
             BAND.set((Some((call, b, gi, chunk)), band_buf));
         }
@@ -1079,47 +1055,73 @@ mod avx512 {
         pub every: usize,
     }
 
-    /// Positions `q0 .. q0 + count` (`count` ≤ `P`) × the block's first `16·V` output
-    /// channels: sums over the weight rows (row `r` reads `x` at `rows[r] + q·XS`: `XS`
-    /// is 16 for a blocked input, 1 otherwise; its
-    /// weights at `wg[r·CR ..]`), starting from `start`, stored as `to` says. `V` is 2
-    /// with `P` = 12 (a full block), or 1 with `P` = 24 (a block of up to 16
-    /// channels): 24 accumulators either way. With `ahead`, each weight row's lines
-    /// at the same offset from `ahead` are prefetched (hints: any address will do);
-    /// with `spread`, some of another block's rows as [`Spread`] says. With
+    /// Weight rows summed per pass over a task's tiles of a pointwise conv: a block of
+    /// them (16 KiB of weights) stays in L1 while every tile reads it, where a tile
+    /// over all rows streamed the block's weights from L2 once per tile (EfficientNet-
+    /// B0's 1152->192 at 7x7, a scratch trace of its tasks at two threads: a tile of 6
+    /// positions took about as long as one of 12). The sums in between are kept in a
+    /// buffer, [`SUMS`] per tile; stored and loaded as f32, they give the same bits.
+    pub(super) const K_BLOCK: usize = 128;
+    /// Sums of a tile kept between blocks of weight rows.
+    pub(super) const SUMS: usize = 2 * PR * 16;
+
+    /// Where a tile's sums start: the block's starting values, or sums kept from the
+    /// previous block of weight rows ([`SUMS`] values).
+    pub(super) enum From<'a> {
+        Start(&'a [f32; CR]),
+        Sums(*const f32),
+    }
+
+    /// Where a tile's sums go: the outputs, or kept for the next block of weight rows
+    /// ([`SUMS`] values).
+    pub(super) enum Dest {
+        Out(Store),
+        Sums(*mut f32),
+    }
+
+    /// Positions `q0 .. q0 + count` (`count` ≤ `P`) × the block's
+    /// first `16·V` output channels, summed over the weight rows `rows` (row `r` reads
+    /// `x` at `rows[r] + q·XS`: `XS` is 16 for a blocked input, 1 otherwise; its weights
+    /// at `wg[r·CR ..]`) from `from`, stored to `dest`. With `ahead`, each weight row's
+    /// lines at the same offset from `ahead` are prefetched (hints: any address will
+    /// do); with `spread`, some of another block's rows as [`Spread`] says. With
     /// `prefetch_inputs` (pointwise convs), the next tiles' input values of each row
     /// are prefetched as the row is read ([`INPUTS_AHEAD`]).
+    /// `V` is 2 with `P` = 12 (a full block), or 1 with `P` = 24 (a block of up to 16
+    /// channels): 24 accumulators either way. (Its arguments as one struct kept the
+    /// accumulators in memory: the kernel ran at less than half speed.)
     ///
     /// # Safety
     /// The CPU has AVX-512F; `x[rows[r] + q·XS]` is readable for every row and position;
-    /// `wg` holds `rows.len()` rows of `CR`; `to.y` points to `to.chans` planes of
-    /// `to.plane` values whose outputs `to.first .. to.first + count` nothing else
-    /// accesses during the call.
-    #[allow(clippy::too_many_arguments)]
+    /// `wg` holds `rows.len()` rows of `CR`; a `Store`'s `y` points to `chans` planes
+    /// of `plane` values whose outputs `first .. first + count` nothing else accesses
+    /// during the call; `Sums` point to [`SUMS`] readable (`From`) or writable
+    /// (`Dest`) values.
     #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn tile<const V: usize, const P: usize, const XS: usize>(
         x: &[f32],
         rows: &[usize],
         q0: usize,
         count: usize,
         wg: &[f32],
-        start: &[f32; CR],
-        to: Store,
+        from: From,
+        dest: Dest,
         ahead: Option<*const f32>,
         spread: Option<Spread>,
         prefetch_inputs: bool,
     ) {
         debug_assert!(V * P == 2 * PR && count <= P);
-        let mut acc = [[_mm512_setzero_ps(); V]; P];
         // SAFETY (whole body): as the caller vouched.
         unsafe {
-            let mut s = [_mm512_setzero_ps(); V];
-            for (v, s) in s.iter_mut().enumerate() {
-                *s = _mm512_loadu_ps(start.as_ptr().add(16 * v));
-            }
-            for a in acc.iter_mut() {
-                *a = s;
-            }
+            let mut acc: [[__m512; V]; P] = match from {
+                From::Start(start) => {
+                    [std::array::from_fn(|v| _mm512_loadu_ps(start.as_ptr().add(16 * v))); P]
+                }
+                From::Sums(p) => std::array::from_fn(|i| {
+                    std::array::from_fn(|v| _mm512_loadu_ps(p.add((i * V + v) * 16)))
+                }),
+            };
             let (xp, wp) = (x.as_ptr().add(q0 * XS), wg.as_ptr());
             // Without a spread, the countdown never reaches zero again.
             let (spread_at, every, first_countdown) = spread
@@ -1199,6 +1201,17 @@ mod avx512 {
                 2 => sums!(2),
                 _ => sums!(1),
             }
+            let to = match dest {
+                Dest::Out(to) => to,
+                Dest::Sums(p) => {
+                    for (i, a) in acc.iter().enumerate() {
+                        for (v, &a) in a.iter().enumerate() {
+                            _mm512_storeu_ps(p.add((i * V + v) * 16), a);
+                        }
+                    }
+                    return;
+                }
+            };
             if to.blocked {
                 for (p, a) in acc.iter().enumerate().take(count) {
                     for (v, &a) in a.iter().enumerate().take(to.chans.div_ceil(16)) {
@@ -1265,7 +1278,7 @@ mod tests {
             (2, 17, 33, 1, pw(1, 12)),
             // Several chunks of positions, the last one partial.
             (1, 128, 40, 1, pw(30, 31)),
-            // Sums over several blocks of weight rows (AVX2), the last one partial.
+            // Sums over several blocks of weight rows, the last one partial.
             (1, 300, 40, 1, pw(7, 9)),
             (1, 17, 32, 1, win(9, 9, [3, 3], 1, 1, [1; 4])),
             (2, 16, 80, 2, win(11, 8, [5, 5], 1, 2, [4, 3, 2, 4])),
@@ -1354,6 +1367,8 @@ mod tests {
             (2, 48, 96, pw(5, 9)),
             (1, 16, 48, pw(20, 23)),
             (1, 64, 32, pw(1, 1)),
+            // Sums over three blocks of weight rows, the last one partial.
+            (1, 272, 48, pw(6, 7)),
         ];
         for (i, &(n, c, m, g)) in cases.iter().enumerate() {
             let all = Layouts {
