@@ -305,7 +305,11 @@ pub(crate) fn conv(
         (1, cols.min(lay.line_len.next_multiple_of(nr)))
     } else {
         let per_line = c_block * lay.row_step * lay.row_len;
-        let line_group = (TASK_INPUT / per_line.max(1)).clamp(1, lay.lines);
+        let most = (TASK_INPUT / per_line.max(1)).clamp(1, lay.lines);
+        // On more than one thread, as many tasks per thread: MobileNetV3's 3x3 stride-2
+        // stem (3 -> 16 channels, 112x112 outputs) made five groups of lines, three on
+        // one thread and two on the other.
+        let line_group = crate::par::even_chunk(lay.lines, most, n * group);
         if lay.copy {
             // Wide copies are trimmed by AVX-512's stores only.
             lay.plan_copy(g, line_group, nr, isa == Isa::Avx512);
@@ -997,6 +1001,53 @@ pub(crate) mod tests {
             None,
         );
         y
+    }
+
+    /// Groups of lines split as evenly as threads ask (see `par::even_chunk`), and every
+    /// output is summed alone: the same bits at any thread count. A stem (3 channels,
+    /// stride 2: five groups of lines on one thread, six on two) and a stride-1 conv
+    /// of three groups.
+    #[test]
+    fn thread_count_independent() {
+        use crate::par::{in_pool, same_bits};
+        let Some(isa) = crate::cpu::conv_isa() else {
+            return;
+        };
+        let shapes = [
+            Shape {
+                n: 1,
+                c: 3,
+                m: 16,
+                group: 1,
+                hw: [226, 226],
+                k: [3, 3],
+                s: [2, 2],
+                d: [1, 1],
+                p: [0; 4],
+            },
+            Shape {
+                n: 2,
+                c: 16,
+                m: 16,
+                group: 1,
+                hw: [64, 64],
+                k: [3, 3],
+                s: [1, 1],
+                d: [1, 1],
+                p: [1; 4],
+            },
+        ];
+        for (i, sh) in shapes.iter().enumerate() {
+            let one = in_pool(1, || run(isa, sh));
+            for threads in [2, 3] {
+                let y = in_pool(threads, || run(isa, sh));
+                assert!(same_bits(&one, &y), "shape {i}, {threads} threads");
+            }
+            assert!(
+                one.iter().all(|v| v.is_finite()),
+                "shape {i}: an output unwritten"
+            );
+        }
     }
 
     /// The AVX-512 and AVX2 kernels sum every output in the same order, so they give
