@@ -43,8 +43,10 @@ const MR_MAX: usize = if MR_AVX2 > MR_AVX512 {
     MR_AVX512
 };
 /// Input elements one task reads per block of input channels (128 KiB, a quarter of
-/// a 512 KiB L2 cache), which sets how many output rows or columns a task covers.
-/// Fixed, so results never depend on threads.
+/// a 512 KiB L2 cache), which sets how many output rows or columns a task covers at
+/// most; on more than one thread groups of lines may be smaller, so that threads get
+/// as many (`par::even_chunk`). Each output is summed alone, in the same order,
+/// whatever its task: results never depend on threads.
 const TASK_INPUT: usize = 1 << 15;
 /// Output channels per task when a conv has too few positions to split.
 const M_CHUNK: usize = 48;
@@ -1005,8 +1007,8 @@ pub(crate) mod tests {
 
     /// Groups of lines split as evenly as threads ask (see `par::even_chunk`), and every
     /// output is summed alone: the same bits at any thread count. A stem (3 channels,
-    /// stride 2: five groups of lines on one thread, six on two) and a stride-1 conv
-    /// of three groups.
+    /// stride 2, 113 lines) and a stride-1 conv on two images, each of several groups
+    /// of lines.
     #[test]
     fn thread_count_independent() {
         use crate::par::{in_pool, same_bits};
