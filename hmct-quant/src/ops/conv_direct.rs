@@ -1007,7 +1007,7 @@ pub(crate) mod tests {
 
     /// Groups of lines split as evenly as threads ask (see `par::even_chunk`), and every
     /// output is summed alone: the same bits at any thread count. A stem (3 channels,
-    /// stride 2, 113 lines) and a stride-1 conv on two images, each of several groups
+    /// stride 2, 112 lines) and a stride-1 conv on two images, each of several groups
     /// of lines.
     #[test]
     fn thread_count_independent() {
