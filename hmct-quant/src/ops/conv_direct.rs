@@ -1015,29 +1015,27 @@ pub(crate) mod tests {
         let Some(isa) = crate::cpu::conv_isa() else {
             return;
         };
+        let stem = Shape {
+            n: 1,
+            c: 3,
+            m: 16,
+            group: 1,
+            hw: [226, 226],
+            k: [3, 3],
+            s: [2, 2],
+            d: [1, 1],
+            p: [0; 4],
+        };
         let shapes = [
-            Shape {
-                n: 1,
-                c: 3,
-                m: 16,
-                group: 1,
-                hw: [226, 226],
-                k: [3, 3],
-                s: [2, 2],
-                d: [1, 1],
-                p: [0; 4],
-            },
             Shape {
                 n: 2,
                 c: 16,
-                m: 16,
-                group: 1,
                 hw: [64, 64],
-                k: [3, 3],
                 s: [1, 1],
-                d: [1, 1],
                 p: [1; 4],
+                ..stem
             },
+            stem,
         ];
         for (i, sh) in shapes.iter().enumerate() {
             let one = in_pool(1, || run(isa, sh));
