@@ -646,8 +646,8 @@ impl GemmKernel {
         let mut y = crate::buffers::take(m * n);
         let start = match c_start {
             Some(cb) => {
-                // Row by row: an element iterator over the broadcast view cost ViT-S/16
-                // 1 ms a run, as much as its attention projections' products lost.
+                // Row by row: an element iterator over the broadcast view, a scalar
+                // load and store per value, took 1.35% of ViT-S/16's cycles (`perf`).
                 for (yr, cr) in y.chunks_exact_mut(n.max(1)).zip(cb.rows()) {
                     match cr.as_slice() {
                         Some(s) => yr.copy_from_slice(s),
