@@ -60,12 +60,11 @@ pub(crate) fn exp_f32(x: f32) -> f32 {
 }
 
 /// [`exp_f32`] of an `x` that is not positive (or NaN), with its bits in fewer
-/// instructions: `n` is at most 0, so neither overflow case can arise. Softmax's
-/// exponents are of values less their row's maximum.
+/// instructions: `n` is at most 0, so neither overflow case can arise, and below `LO`
+/// the result is 0. Softmax's exponents are of values less their row's maximum.
 #[inline(always)]
 pub(crate) fn exp_f32_nonpositive(x: f32) -> f32 {
-    let (n, p) = exp_parts(x);
-    let y = p * pow2(n.max(-126.0));
+    let y = exp_f32_in_range(x);
     if x < LO { 0.0 } else { y }
 }
 

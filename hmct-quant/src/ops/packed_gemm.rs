@@ -245,11 +245,11 @@ impl PackedB {
         PackedB { data, k, n, isa }
     }
 
-    /// The block of columns from `j0` and rows from `k0`.
+    /// The block of columns from `j0` and rows from `k0`, whole.
     fn block(&self, j0: usize, k0: usize) -> &[f32] {
-        let Geometry { nr, nc, .. } = Geometry::of(self.isa);
+        let Geometry { nr, kc, nc, .. } = Geometry::of(self.isa);
         let width = nc.min(self.n - j0).div_ceil(nr) * nr;
-        &self.data[j0 * self.k + k0 * width..]
+        &self.data[j0 * self.k + k0 * width..][..kc.min(self.k - k0) * width]
     }
 }
 
@@ -373,7 +373,7 @@ impl NextBlock {
 
     /// The block after `(j0, k0)` (offsets within `columns`) of `pb`.
     fn after(pb: &PackedB, columns: std::ops::Range<usize>, j0: usize, k0: usize) -> NextBlock {
-        let Geometry { nr, kc, nc, .. } = Geometry::of(pb.isa);
+        let Geometry { kc, nc, .. } = Geometry::of(pb.isa);
         let (next_j0, next_k0) = if k0 + kc < pb.k {
             (j0, k0 + kc)
         } else {
@@ -382,13 +382,10 @@ impl NextBlock {
         if next_j0 >= columns.len() {
             return NextBlock::default();
         }
-        let j = columns.start + next_j0;
-        let width = nc.min(pb.n - j).div_ceil(nr) * nr;
-        let block = pb.block(j, next_k0);
-        let bytes = kc.min(pb.k - next_k0) * width * size_of::<f32>();
+        let block = pb.block(columns.start + next_j0, next_k0);
         NextBlock {
             start: block.as_ptr() as usize,
-            lines: bytes.div_ceil(Self::LINE),
+            lines: size_of_val(block).div_ceil(Self::LINE),
             fetched: 0,
         }
     }
